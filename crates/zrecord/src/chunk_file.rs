@@ -1,0 +1,165 @@
+//! Chunk files `0.zr`, `1.zr`, …: densely packed record bytes (docs/FORMAT.md,
+//! "Chunk files").
+//!
+//! Writes go through `pwrite`; reads come from a shared read-only mapping of
+//! the chunk's full capacity, so a growing file never needs remapping. A read
+//! is only ever served below the file size we have observed, because touching
+//! a mapped page past the end of the file raises SIGBUS.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use memmap2::{Mmap, MmapOptions};
+
+use crate::error::{io_error, Result};
+use crate::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
+
+/// The file name of chunk `id` inside a store directory.
+pub fn chunk_file_name(id: u16) -> String {
+    format!("{id}.zr")
+}
+
+pub(crate) struct ChunkFile {
+    path: PathBuf,
+    file: File,
+    map: Mmap,
+    /// Bytes known to exist in the file; only grows while the store is shared.
+    size: AtomicU64,
+}
+
+impl ChunkFile {
+    fn open(path: PathBuf, create: bool) -> Result<ChunkFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        let size = file.metadata().map_err(io_error(&path))?.len();
+        // SAFETY: the mapping is read-only and shared; bytes of committed
+        // records are never rewritten while readers may see them (only
+        // `compact`, which holds `&mut Store`, moves records), and reads stay
+        // below the observed file size (see `read`).
+        let map = unsafe {
+            MmapOptions::new()
+                .len(CHUNK_CAPACITY as usize)
+                .map(&file)
+                .map_err(io_error(&path))?
+        };
+        Ok(ChunkFile {
+            path,
+            file,
+            map,
+            size: AtomicU64::new(size),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The stored bytes `offset..offset + len`, or `None` when the file is
+    /// shorter than that (a corrupt table entry or a truncated file).
+    pub fn read(&self, offset: u32, len: u32) -> Option<&[u8]> {
+        let end = offset as u64 + len as u64;
+        if end > self.size.load(Ordering::Acquire) {
+            // Another process may have grown the file since we looked.
+            let now = self.file.metadata().ok()?.len();
+            self.size.fetch_max(now, Ordering::AcqRel);
+            if end > now {
+                return None;
+            }
+        }
+        Some(&self.map[offset as usize..end as usize])
+    }
+
+    pub fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+        self.file
+            .write_all_at(bytes, offset)
+            .map_err(io_error(&self.path))?;
+        self.size
+            .fetch_max(offset + bytes.len() as u64, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Current length of the file on disk.
+    pub fn file_len(&self) -> Result<u64> {
+        Ok(self.file.metadata().map_err(io_error(&self.path))?.len())
+    }
+
+    /// Shrinks the file to `len` bytes. Only `compact` calls this, holding
+    /// exclusive access, after no table entry points past `len`.
+    pub fn truncate(&self, len: u64) -> Result<()> {
+        self.file.set_len(len).map_err(io_error(&self.path))?;
+        self.size.store(len, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes the written data durable (fdatasync).
+    pub fn sync_data(&self) -> Result<()> {
+        self.file.sync_data().map_err(io_error(&self.path))
+    }
+}
+
+/// The chunk files of one store, opened lazily and kept open.
+pub(crate) struct ChunkFiles {
+    dir: PathBuf,
+    slots: Box<[OnceLock<ChunkFile>]>,
+    opening: Mutex<()>,
+}
+
+impl ChunkFiles {
+    pub fn new(dir: &Path) -> ChunkFiles {
+        ChunkFiles {
+            dir: dir.to_path_buf(),
+            slots: (0..MAX_CHUNKS).map(|_| OnceLock::new()).collect(),
+            opening: Mutex::new(()),
+        }
+    }
+
+    pub fn path_of(&self, id: u16) -> PathBuf {
+        self.dir.join(chunk_file_name(id))
+    }
+
+    /// Chunk `id`, opening the existing file on first use.
+    pub fn get(&self, id: u16) -> Result<&ChunkFile> {
+        self.get_or_open(id, false)
+    }
+
+    /// Chunk `id`, creating the file when it does not exist yet.
+    pub fn get_or_create(&self, id: u16) -> Result<&ChunkFile> {
+        self.get_or_open(id, true)
+    }
+
+    fn get_or_open(&self, id: u16, create: bool) -> Result<&ChunkFile> {
+        let slot = &self.slots[id as usize];
+        if let Some(chunk) = slot.get() {
+            return Ok(chunk);
+        }
+        let _guard = self.opening.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(chunk) = slot.get() {
+            return Ok(chunk);
+        }
+        let chunk = ChunkFile::open(self.path_of(id), create)?;
+        Ok(slot.get_or_init(|| chunk))
+    }
+
+    /// Every chunk opened so far.
+    pub fn opened(&self) -> impl Iterator<Item = &ChunkFile> {
+        self.slots.iter().filter_map(OnceLock::get)
+    }
+
+    /// Closes chunk `id` and deletes its file (if any).
+    pub fn remove(&mut self, id: u16) -> Result<()> {
+        self.slots[id as usize].take();
+        let path = self.path_of(id);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error(path)(e)),
+            _ => Ok(()),
+        }
+    }
+}

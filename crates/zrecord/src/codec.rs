@@ -1,0 +1,218 @@
+//! Per-record codecs (docs/FORMAT.md, "Codec tags"). Each record is encoded
+//! and decoded on its own; a record that does not shrink is stored raw.
+
+use std::cell::RefCell;
+
+/// The codec tag byte of a table entry. A plain byte rather than an enum,
+/// because the table is read in place and may hold any value.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CodecTag(pub u8);
+
+/// The codecs this build writes and reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Codec {
+    /// Stored verbatim (tag 0).
+    Raw,
+    /// A raw DEFLATE stream, RFC 1951, no zlib or gzip framing (tag 1).
+    Flate,
+    /// An LZ4 block, no frame (tag 2). loaderx 0.5.0 cannot read it.
+    Lz4,
+    /// A zstd frame (tag 3). loaderx 0.5.0 cannot read it.
+    Zstd,
+}
+
+/// libdeflate's level: its default, a good ratio at several hundred MB/s.
+const FLATE_LEVEL: i32 = 6;
+/// zstd's fastest standard level: the loader is read-mostly but writes of
+/// whole datasets should not crawl.
+const ZSTD_LEVEL: i32 = 1;
+
+impl Codec {
+    pub const ALL: [Codec; 4] = [Codec::Raw, Codec::Flate, Codec::Lz4, Codec::Zstd];
+
+    pub fn tag(self) -> CodecTag {
+        CodecTag(match self {
+            Codec::Raw => 0,
+            Codec::Flate => 1,
+            Codec::Lz4 => 2,
+            Codec::Zstd => 3,
+        })
+    }
+
+    pub fn from_tag(tag: CodecTag) -> Option<Codec> {
+        Codec::ALL.into_iter().find(|c| c.tag() == tag)
+    }
+
+    /// The name used by the Python API and `schema.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Raw => "raw",
+            Codec::Flate => "flate",
+            Codec::Lz4 => "lz4",
+            Codec::Zstd => "zstd",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Codec> {
+        Codec::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+/// Per-thread coder state, built once per thread: libdeflate's compressor
+/// alone is several hundred KiB, far too much to build per record.
+#[derive(Default)]
+struct Scratch {
+    deflate_enc: Option<libdeflater::Compressor>,
+    deflate_dec: Option<libdeflater::Decompressor>,
+    zstd_enc: Option<zstd::bulk::Compressor<'static>>,
+    zstd_dec: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Room `encode` needs in its output for a record of `len` bytes: the record
+/// itself plus LZ4's worst case, as lz4_flex checks for it before starting.
+pub(crate) fn encode_bound(len: usize) -> usize {
+    lz4_flex::block::get_maximum_output_size(len).max(len)
+}
+
+/// Encodes `record` with `codec` into `out`, which holds at least
+/// `encode_bound(record.len())` bytes. Returns the encoded size, or `None`
+/// when the record did not shrink (or the codec is `Raw`): the caller then
+/// stores it raw.
+pub(crate) fn encode(codec: Codec, record: &[u8], out: &mut [u8]) -> Option<usize> {
+    // Only a strictly smaller encoding is worth storing.
+    let limit = record.len().checked_sub(1)?;
+    SCRATCH
+        .with_borrow_mut(|s| match codec {
+            Codec::Raw => None,
+            Codec::Flate => s
+                .deflate_enc
+                .get_or_insert_with(|| {
+                    libdeflater::Compressor::new(
+                        libdeflater::CompressionLvl::new(FLATE_LEVEL).expect("valid level"),
+                    )
+                })
+                .deflate_compress(record, &mut out[..limit])
+                .ok(),
+            Codec::Lz4 => lz4_flex::block::compress_into(record, out).ok(),
+            Codec::Zstd => {
+                let enc = match &mut s.zstd_enc {
+                    Some(enc) => enc,
+                    slot => slot.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL).ok()?),
+                };
+                enc.compress_to_buffer(record, &mut out[..limit]).ok()
+            }
+        })
+        .filter(|&n| n < record.len())
+}
+
+/// Decodes a stored record into `dst`, whose length is the record's logical
+/// length. Fails, with a reason, unless exactly `dst.len()` bytes come out.
+pub(crate) fn decode(tag: CodecTag, stored: &[u8], dst: &mut [u8]) -> Result<(), String> {
+    let codec = Codec::from_tag(tag).ok_or_else(|| format!("unknown codec tag {}", tag.0))?;
+    let produced = SCRATCH.with_borrow_mut(|s| match codec {
+        Codec::Raw => {
+            if stored.len() != dst.len() {
+                return Err(format!(
+                    "raw record stores {} bytes for a logical length of {}",
+                    stored.len(),
+                    dst.len()
+                ));
+            }
+            dst.copy_from_slice(stored);
+            Ok(stored.len())
+        }
+        Codec::Flate => s
+            .deflate_dec
+            .get_or_insert_with(libdeflater::Decompressor::new)
+            .deflate_decompress(stored, dst)
+            .map_err(|e| format!("DEFLATE stream: {e}")),
+        Codec::Lz4 => {
+            lz4_flex::block::decompress_into(stored, dst).map_err(|e| format!("LZ4 block: {e}"))
+        }
+        Codec::Zstd => {
+            let dec = match &mut s.zstd_dec {
+                Some(dec) => dec,
+                slot => slot.insert(
+                    zstd::bulk::Decompressor::new().map_err(|e| format!("zstd context: {e}"))?,
+                ),
+            };
+            dec.decompress_to_buffer(stored, dst)
+                .map_err(|e| format!("zstd frame: {e}"))
+        }
+    })?;
+    if produced != dst.len() {
+        return Err(format!(
+            "decoded {produced} bytes for a logical length of {}",
+            dst.len()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compressible(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i / 7) as u8).collect()
+    }
+
+    #[test]
+    fn every_codec_round_trips_and_shrinks_compressible_data() {
+        let record = compressible(10_000);
+        for codec in [Codec::Flate, Codec::Lz4, Codec::Zstd] {
+            let mut out = vec![0; encode_bound(record.len())];
+            let n = encode(codec, &record, &mut out)
+                .unwrap_or_else(|| panic!("{codec:?} did not shrink"));
+            assert!(n < record.len());
+            let mut back = vec![0; record.len()];
+            decode(codec.tag(), &out[..n], &mut back).unwrap();
+            assert_eq!(back, record, "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn incompressible_and_empty_records_are_left_raw() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let noise: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for codec in Codec::ALL {
+            let mut out = vec![0; encode_bound(noise.len())];
+            assert_eq!(encode(codec, &noise, &mut out), None, "{codec:?}");
+            assert_eq!(encode(codec, &[], &mut out), None);
+        }
+    }
+
+    #[test]
+    fn decode_rejects_wrong_sizes_and_unknown_tags() {
+        let record = compressible(1000);
+        let mut out = vec![0; encode_bound(record.len())];
+        let n = encode(Codec::Flate, &record, &mut out).unwrap();
+        // A destination one byte short or long of the logical length fails.
+        assert!(decode(Codec::Flate.tag(), &out[..n], &mut vec![0; 999]).is_err());
+        assert!(decode(Codec::Flate.tag(), &out[..n], &mut vec![0; 1001]).is_err());
+        assert!(decode(CodecTag(9), &out[..n], &mut vec![0; 1000]).is_err());
+        assert!(decode(Codec::Raw.tag(), &record[..10], &mut [0; 11]).is_err());
+    }
+
+    #[test]
+    fn tags_and_names_are_the_documented_ones() {
+        let pairs: Vec<_> = Codec::ALL.iter().map(|c| (c.tag().0, c.name())).collect();
+        assert_eq!(pairs, [(0, "raw"), (1, "flate"), (2, "lz4"), (3, "zstd")]);
+        for c in Codec::ALL {
+            assert_eq!(Codec::from_name(c.name()), Some(c));
+            assert_eq!(Codec::from_tag(c.tag()), Some(c));
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The one error type of the store. Every variant names the store's path and,
+//! where there is one, the record index, chunk and offset it concerns.
+
+use std::io;
+use std::path::PathBuf;
+
+/// What went wrong, in a form a caller can match on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The operating system refused a file operation.
+    #[error("{path}: I/O error: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// The directory holds something that is not a store (bad magic, short
+    /// `meta.zr`), or a header that contradicts the format's limits.
+    #[error("{path}: not a zrecord store: {reason}")]
+    NotAStore { path: PathBuf, reason: String },
+
+    /// The store was written by a newer format version than this build reads.
+    #[error("{path}: format version {found} is newer than the supported version {supported}")]
+    UnsupportedVersion {
+        path: PathBuf,
+        found: u16,
+        supported: u16,
+    },
+
+    /// A record index at or past the store's length.
+    #[error("{path}: record index {index} out of range (store holds {len} records)")]
+    IndexOutOfRange { path: PathBuf, index: u64, len: u32 },
+
+    /// A record to append is larger than [`crate::MAX_RECORD_LEN`].
+    #[error("{path}: record {position} of the batch is {len} bytes, over the {max} byte limit")]
+    RecordTooLarge {
+        path: PathBuf,
+        position: usize,
+        len: usize,
+        max: usize,
+    },
+
+    /// An append would take the store past [`crate::MAX_RECORDS`] records or
+    /// [`crate::MAX_CHUNKS`] chunks.
+    #[error("{path}: store is full: {len} records held, {adding} more do not fit")]
+    StoreFull {
+        path: PathBuf,
+        len: u32,
+        adding: usize,
+    },
+
+    /// The caller's destination cannot hold what was asked for.
+    #[error("{path}: destination too small: record {index} needs bytes up to {needed}, buffer has {available}")]
+    BufferTooSmall {
+        path: PathBuf,
+        index: u64,
+        needed: u64,
+        available: u64,
+    },
+
+    /// Two records of one ragged gather would be written over each other.
+    #[error("{path}: destination ranges of records {first} and {second} overlap")]
+    DestinationOverlap {
+        path: PathBuf,
+        first: u64,
+        second: u64,
+    },
+
+    /// A stored record cannot be decoded into exactly its logical bytes: a
+    /// table entry pointing outside its chunk, an unknown codec tag, a damaged
+    /// compressed stream or a decoded size that disagrees with the table.
+    #[error("{path}: record {index} (chunk {chunk}, offset {offset}) is corrupt: {reason}")]
+    CorruptRecord {
+        path: PathBuf,
+        index: u64,
+        chunk: u16,
+        offset: u32,
+        reason: String,
+    },
+
+    /// Arguments that do not describe a valid request (mismatched lengths,
+    /// a source range outside the source buffer, an unknown codec name).
+    #[error("{path}: invalid argument: {reason}")]
+    InvalidArgument { path: PathBuf, reason: String },
+}
+
+/// Shorthand for results of store operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn io_error(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Error {
+    let path = path.into();
+    move |source| Error::Io { path, source }
+}

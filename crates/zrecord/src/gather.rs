@@ -1,0 +1,216 @@
+//! The gather loop: reading a batch of records straight into the caller's
+//! memory. This is the hot path.
+//!
+//! A batch is checked whole first (indices, destination bounds, overlaps), so
+//! a bad request writes nothing. It is then split into one contiguous block
+//! of records per worker; each worker decodes from the chunk mappings directly
+//! into its part of the destination, with its own coder scratch.
+
+use rayon::prelude::*;
+
+use crate::codec::decode;
+use crate::error::{Error, Result};
+use crate::limits::MAX_RECORD_LEN;
+use crate::record_table::RecordLoc;
+use crate::store::Store;
+use crate::thread_pool::{pool, shard_count};
+
+/// Below this many bytes per worker a batch is gathered on the calling thread.
+const MIN_SHARD_BYTES: u64 = 128 << 10;
+
+/// The caller's destination, shared by workers that write disjoint ranges.
+#[derive(Clone, Copy)]
+struct SharedDst {
+    ptr: *mut u8,
+}
+
+// SAFETY: workers only create slices over ranges proven disjoint before the
+// batch starts (see `gather_ragged`), while the caller's `&mut [u8]` is held.
+unsafe impl Send for SharedDst {}
+unsafe impl Sync for SharedDst {}
+
+impl SharedDst {
+    /// # Safety
+    /// `offset..offset + len` lies inside the destination and no other live
+    /// slice covers any of it.
+    unsafe fn slot<'a>(self, offset: usize, len: usize) -> &'a mut [u8] {
+        // SAFETY: upheld by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset), len) }
+    }
+}
+
+impl Store {
+    /// Gathers records `idxs` into `dst`, record `k` at byte `k * stride`.
+    /// Bytes of a slot past its record's length are left as they were.
+    pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+        let len = self.meta.length();
+        let mut total = 0u64;
+        for (k, loc) in self.locate(idxs, len)?.enumerate() {
+            let logic = loc.logic_length as u64;
+            let end = (k as u64)
+                .checked_mul(stride as u64)
+                .and_then(|start| start.checked_add(logic));
+            if logic > stride as u64 {
+                return Err(self.too_small(idxs[k], logic, stride as u64));
+            }
+            if end.is_none_or(|end| end > dst.len() as u64) {
+                return Err(self.too_small(idxs[k], end.unwrap_or(u64::MAX), dst.len() as u64));
+            }
+            total += logic;
+        }
+        let shards = shard_count(idxs.len(), total, MIN_SHARD_BYTES);
+        let per = idxs.len().div_ceil(shards.max(1)).max(1);
+        let block = |(idxs, dst): (&[u64], &mut [u8])| -> Result<()> {
+            for (k, &index) in idxs.iter().enumerate() {
+                let loc = self.meta.entry(index as usize);
+                let start = k * stride;
+                self.decode_into(
+                    index,
+                    loc,
+                    &mut dst[start..start + loc.logic_length as usize],
+                )?;
+            }
+            Ok(())
+        };
+        if shards <= 1 {
+            return block((idxs, dst));
+        }
+        // Each block's destination ends where the next block's begins, or at
+        // the end of `dst` for the last.
+        let mut jobs = Vec::with_capacity(shards);
+        let mut rest = dst;
+        for ids in idxs.chunks(per) {
+            let take = (ids.len() * stride).min(rest.len());
+            let (head, tail) = rest.split_at_mut(take);
+            jobs.push((ids, head));
+            rest = tail;
+        }
+        pool().install(|| jobs.into_par_iter().try_for_each(block))
+    }
+
+    /// Gathers ragged records: record `k` is written at `dst[offsets[k]..]`,
+    /// its logical length long. The ranges may come in any order but must
+    /// not overlap.
+    pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
+        if idxs.len() != offsets.len() {
+            return Err(self.invalid(format!(
+                "{} indices but {} offsets",
+                idxs.len(),
+                offsets.len()
+            )));
+        }
+        let len = self.meta.length();
+        let mut total = 0u64;
+        let mut ordered = true;
+        let mut prev_end = 0u64;
+        for (k, loc) in self.locate(idxs, len)?.enumerate() {
+            let logic = loc.logic_length as u64;
+            let end = offsets[k].checked_add(logic);
+            if end.is_none_or(|end| end > dst.len() as u64) {
+                return Err(self.too_small(idxs[k], end.unwrap_or(u64::MAX), dst.len() as u64));
+            }
+            if logic > 0 {
+                ordered &= offsets[k] >= prev_end;
+                prev_end = offsets[k] + logic;
+            }
+            total += logic;
+        }
+        if !ordered {
+            self.check_disjoint(idxs, offsets)?;
+        }
+        let shared = SharedDst {
+            ptr: dst.as_mut_ptr(),
+        };
+        let block = |(idxs, offsets): (&[u64], &[u64])| -> Result<()> {
+            for (&index, &offset) in idxs.iter().zip(offsets) {
+                let loc = self.meta.entry(index as usize);
+                // SAFETY: the range lies inside `dst` and overlaps no other
+                // record's range (both checked above), and `dst` is borrowed
+                // mutably for the whole call.
+                let slot = unsafe { shared.slot(offset as usize, loc.logic_length as usize) };
+                self.decode_into(index, loc, slot)?;
+            }
+            Ok(())
+        };
+        let shards = shard_count(idxs.len(), total, MIN_SHARD_BYTES);
+        if shards <= 1 {
+            return block((idxs, offsets));
+        }
+        let per = idxs.len().div_ceil(shards);
+        pool().install(|| {
+            idxs.par_chunks(per)
+                .zip(offsets.par_chunks(per))
+                .try_for_each(block)
+        })
+    }
+
+    /// Fails when two non-empty destination ranges overlap.
+    fn check_disjoint(&self, idxs: &[u64], offsets: &[u64]) -> Result<()> {
+        let mut ranges: Vec<(u64, u64, u64)> = idxs
+            .iter()
+            .zip(offsets)
+            .map(|(&i, &off)| {
+                (
+                    off,
+                    off + self.meta.entry(i as usize).logic_length as u64,
+                    i,
+                )
+            })
+            .filter(|&(start, end, _)| end > start)
+            .collect();
+        ranges.sort_unstable();
+        for pair in ranges.windows(2) {
+            if pair[1].0 < pair[0].1 {
+                return Err(Error::DestinationOverlap {
+                    path: self.path().to_path_buf(),
+                    first: pair[0].2,
+                    second: pair[1].2,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn too_small(&self, index: u64, needed: u64, available: u64) -> Error {
+        Error::BufferTooSmall {
+            path: self.path().to_path_buf(),
+            index,
+            needed,
+            available,
+        }
+    }
+
+    /// Decodes record `index`, stored at `loc`, into `slot` (exactly its
+    /// logical length). Every way the entry can disagree with the chunk files
+    /// is a `CorruptRecord` error, never a wrong byte or an unchecked read.
+    pub(crate) fn decode_into(&self, index: u64, loc: RecordLoc, slot: &mut [u8]) -> Result<()> {
+        let corrupt = |reason: String| Error::CorruptRecord {
+            path: self.path().to_path_buf(),
+            index,
+            chunk: loc.chunk_id,
+            offset: loc.offset,
+            reason,
+        };
+        if loc.logic_length as usize > MAX_RECORD_LEN {
+            return Err(corrupt(format!(
+                "logical length {} exceeds the {MAX_RECORD_LEN} byte limit",
+                loc.logic_length
+            )));
+        }
+        let chunk = match self.chunks.get(loc.chunk_id) {
+            Ok(chunk) => chunk,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Err(corrupt(format!("chunk file {} is missing", loc.chunk_id)))
+            }
+            Err(e) => return Err(e),
+        };
+        let stored = chunk.read(loc.offset, loc.phys_length).ok_or_else(|| {
+            corrupt(format!(
+                "{} stored bytes run past the end of {}",
+                loc.phys_length,
+                chunk.path().display()
+            ))
+        })?;
+        decode(loc.codec, stored, slot).map_err(corrupt)
+    }
+}

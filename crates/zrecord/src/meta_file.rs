@@ -1,0 +1,208 @@
+//! `meta.zr`: the header and record table, memory-mapped and used in place
+//! (docs/FORMAT.md, "meta.zr").
+//!
+//! Entries below the published length are immutable until an exclusive
+//! operation (`delete`, `compact`) runs, so readers access them without a lock;
+//! the length itself is an atomic in the mapping, stored with release ordering
+//! after the entries it covers.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use memmap2::MmapRaw;
+
+use crate::error::{io_error, Error, Result};
+use crate::header::{
+    Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET, TAIL_OFFSET_OFFSET,
+};
+use crate::limits::{MAX_CHUNKS, MAX_RECORDS};
+use crate::record_table::{RecordLoc, ENTRY_LEN, META_FILE_LEN, TABLE_OFFSET};
+
+/// File name of the metadata file inside a store directory.
+pub const META_FILE_NAME: &str = "meta.zr";
+
+pub(crate) struct MetaFile {
+    path: PathBuf,
+    file: File,
+    map: MmapRaw,
+}
+
+impl MetaFile {
+    /// Opens `dir/meta.zr`, creating the directory and a fresh file when
+    /// `create` is set and the file is missing.
+    pub fn open(dir: &Path, create: bool) -> Result<MetaFile> {
+        let path = dir.join(META_FILE_NAME);
+        if create && !path.exists() {
+            create_meta_file(dir, &path)?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        let size = file.metadata().map_err(io_error(&path))?.len();
+        if size != META_FILE_LEN as u64 {
+            return Err(Error::NotAStore {
+                path,
+                reason: format!(
+                    "meta.zr is {size} bytes, the format needs exactly {META_FILE_LEN}"
+                ),
+            });
+        }
+        let map = MmapRaw::map_raw(&file).map_err(io_error(&path))?;
+        let meta = MetaFile { path, file, map };
+        meta.validate_header()?;
+        Ok(meta)
+    }
+
+    fn validate_header(&self) -> Result<()> {
+        let h = self.header();
+        let bad = |reason: String| Error::NotAStore {
+            path: self.path.clone(),
+            reason,
+        };
+        if h.magic != MAGIC {
+            return Err(bad(format!("magic is {:?}, expected \"ZREC\"", h.magic)));
+        }
+        if h.version > FORMAT_VERSION {
+            return Err(Error::UnsupportedVersion {
+                path: self.path.clone(),
+                found: h.version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        if h.version == 0 {
+            return Err(bad("format version 0 does not exist".into()));
+        }
+        if h.length as usize > MAX_RECORDS {
+            return Err(bad(format!(
+                "header length {} exceeds the table's {MAX_RECORDS} slots",
+                h.length
+            )));
+        }
+        if h.tail_chunk as usize >= MAX_CHUNKS {
+            return Err(bad(format!(
+                "tail chunk {} exceeds the {MAX_CHUNKS} chunk limit",
+                h.tail_chunk
+            )));
+        }
+        Ok(())
+    }
+
+    fn ptr(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    /// A snapshot of the header; `length` as of an acquire load.
+    pub fn header(&self) -> Header {
+        // SAFETY: the mapping is META_FILE_LEN bytes, page aligned, so the
+        // header is in bounds and aligned; Header is plain bytes.
+        let mut h = unsafe { std::ptr::read_volatile(self.ptr().cast::<Header>()) };
+        h.length = self.length();
+        h
+    }
+
+    fn length_atomic(&self) -> &AtomicU32 {
+        // SAFETY: LENGTH_OFFSET is 4-aligned within a page-aligned mapping that
+        // lives as long as self; the field is only ever accessed atomically.
+        unsafe { AtomicU32::from_ptr(self.ptr().add(LENGTH_OFFSET).cast()) }
+    }
+
+    /// The published number of live records.
+    pub fn length(&self) -> u32 {
+        self.length_atomic().load(Ordering::Acquire)
+    }
+
+    /// Publishes a new length; entries below it must already be written.
+    pub fn publish_length(&self, length: u32) {
+        debug_assert!(length as usize <= MAX_RECORDS);
+        self.length_atomic().store(length, Ordering::Release);
+    }
+
+    /// Records the write frontier. Callers hold the store's writer lock.
+    pub fn set_tail(&self, chunk: u16, offset: u32) {
+        // SAFETY: both fields are in bounds and naturally aligned; only the
+        // writer-lock holder writes them.
+        unsafe {
+            std::ptr::write_volatile(self.ptr().add(TAIL_CHUNK_OFFSET).cast::<u16>(), chunk);
+            std::ptr::write_volatile(self.ptr().add(TAIL_OFFSET_OFFSET).cast::<u32>(), offset);
+        }
+    }
+
+    /// Table entry `index`, which must be below `MAX_RECORDS`.
+    pub fn entry(&self, index: usize) -> RecordLoc {
+        assert!(index < MAX_RECORDS);
+        // SAFETY: in bounds (checked), 16-byte entries at a 16-byte offset of a
+        // page-aligned mapping; every bit pattern is a valid RecordLoc.
+        unsafe {
+            std::ptr::read(
+                self.ptr()
+                    .add(TABLE_OFFSET + index * ENTRY_LEN)
+                    .cast::<RecordLoc>(),
+            )
+        }
+    }
+
+    /// Writes table entry `index`. Callers guarantee no reader can see the
+    /// slot: it is at or past the published length, or they hold `&mut Store`.
+    pub fn set_entry(&self, index: usize, loc: RecordLoc) {
+        assert!(index < MAX_RECORDS);
+        // SAFETY: in bounds (checked) and aligned, as in `entry`.
+        unsafe {
+            std::ptr::write(
+                self.ptr()
+                    .add(TABLE_OFFSET + index * ENTRY_LEN)
+                    .cast::<RecordLoc>(),
+                loc,
+            )
+        }
+    }
+
+    /// Flushes the table entries `first..first + count` to the file.
+    pub fn flush_entries(&self, first: usize, count: usize) -> Result<()> {
+        self.map
+            .flush_range(TABLE_OFFSET + first * ENTRY_LEN, count * ENTRY_LEN)
+            .map_err(io_error(&self.path))
+    }
+
+    /// Flushes the header to the file.
+    pub fn flush_header(&self) -> Result<()> {
+        self.map
+            .flush_range(0, HEADER_LEN)
+            .map_err(io_error(&self.path))
+    }
+
+    /// Flushes every dirty page of the mapping and the file's metadata.
+    pub fn sync(&self) -> Result<()> {
+        self.map.flush().map_err(io_error(&self.path))?;
+        self.file.sync_all().map_err(io_error(&self.path))
+    }
+}
+
+/// Creates `meta.zr` atomically: a temporary file gets the full sparse size and
+/// the header, is synced, and is renamed into place, so a crash leaves either
+/// no meta.zr or a valid empty one.
+fn create_meta_file(dir: &Path, path: &Path) -> Result<()> {
+    fs::create_dir_all(dir).map_err(io_error(dir))?;
+    let tmp = dir.join("meta.zr.tmp");
+    let mut file = File::create(&tmp).map_err(io_error(&tmp))?;
+    file.set_len(META_FILE_LEN as u64).map_err(io_error(&tmp))?;
+    let header = Header {
+        magic: MAGIC,
+        version: FORMAT_VERSION,
+        tail_chunk: 0,
+        tail_offset: 0,
+        length: 0,
+    };
+    let mut bytes = [0u8; HEADER_LEN];
+    bytes[..4].copy_from_slice(&header.magic);
+    bytes[4..6].copy_from_slice(&header.version.to_le_bytes());
+    file.write_all(&bytes).map_err(io_error(&tmp))?;
+    file.sync_all().map_err(io_error(&tmp))?;
+    fs::rename(&tmp, path).map_err(io_error(path))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error(dir))
+}

@@ -1,0 +1,59 @@
+//! The record table: 2^24 entries of 16 bytes after the header of `meta.zr`
+//! (docs/FORMAT.md, "Record table"). Entry `i` says where record `i` lives.
+
+use crate::codec::CodecTag;
+use crate::header::HEADER_LEN;
+use crate::limits::MAX_RECORDS;
+
+pub const ENTRY_OFFSET_OFFSET: usize = 0;
+pub const ENTRY_PHYS_LENGTH_OFFSET: usize = ENTRY_OFFSET_OFFSET + size_of::<u32>();
+pub const ENTRY_LOGIC_LENGTH_OFFSET: usize = ENTRY_PHYS_LENGTH_OFFSET + size_of::<u32>();
+pub const ENTRY_CHUNK_ID_OFFSET: usize = ENTRY_LOGIC_LENGTH_OFFSET + size_of::<u32>();
+pub const ENTRY_CODEC_OFFSET: usize = ENTRY_CHUNK_ID_OFFSET + size_of::<u16>();
+pub const ENTRY_RESERVED_OFFSET: usize = ENTRY_CODEC_OFFSET + size_of::<u8>();
+/// Size of one table entry.
+pub const ENTRY_LEN: usize = ENTRY_RESERVED_OFFSET + size_of::<u8>();
+
+/// Byte offset of the table within `meta.zr`.
+pub const TABLE_OFFSET: usize = HEADER_LEN;
+/// Size of the whole `meta.zr` file: the header and every table slot.
+pub const META_FILE_LEN: usize = TABLE_OFFSET + MAX_RECORDS * ENTRY_LEN;
+
+/// One table entry exactly as it lies in the mapping.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordLoc {
+    /// Position of the stored bytes within the chunk.
+    pub offset: u32,
+    /// Stored (possibly compressed) size.
+    pub phys_length: u32,
+    /// Original size, what a gather writes.
+    pub logic_length: u32,
+    /// Chunk file holding the record.
+    pub chunk_id: u16,
+    /// Codec tag; see [`CodecTag`].
+    pub codec: CodecTag,
+    /// Written as zero, ignored on read.
+    pub reserved: u8,
+}
+
+impl RecordLoc {
+    /// Physical address of the record's first byte: (chunk, offset) packed so
+    /// that comparing two addresses compares physical positions.
+    pub fn physical_start(&self) -> u64 {
+        ((self.chunk_id as u64) << 32) | self.offset as u64
+    }
+
+    /// One past the last stored byte, within the chunk.
+    pub fn end(&self) -> u64 {
+        self.offset as u64 + self.phys_length as u64
+    }
+}
+
+const _: () = assert!(size_of::<RecordLoc>() == ENTRY_LEN && ENTRY_LEN == 16);
+const _: () = assert!(align_of::<RecordLoc>() <= HEADER_LEN);
+const _: () = assert!(std::mem::offset_of!(RecordLoc, phys_length) == ENTRY_PHYS_LENGTH_OFFSET);
+const _: () = assert!(std::mem::offset_of!(RecordLoc, logic_length) == ENTRY_LOGIC_LENGTH_OFFSET);
+const _: () = assert!(std::mem::offset_of!(RecordLoc, chunk_id) == ENTRY_CHUNK_ID_OFFSET);
+const _: () = assert!(std::mem::offset_of!(RecordLoc, codec) == ENTRY_CODEC_OFFSET);
+const _: () = assert!(std::mem::offset_of!(RecordLoc, reserved) == ENTRY_RESERVED_OFFSET);

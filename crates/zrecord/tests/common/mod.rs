@@ -1,0 +1,74 @@
+//! Shared helpers of the integration tests: record generators and a reader
+//! that gathers whole records back for comparison with a model.
+#![allow(dead_code)]
+
+use zrecord::{AppendOptions, Codec, Store, StoreOptions};
+
+/// A deterministic xorshift generator, so failures reproduce.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Bytes that compress well: each byte is the previous plus 0..3.
+pub fn compressible(rng: &mut Rng, len: usize) -> Vec<u8> {
+    let mut b = rng.next() as u8;
+    (0..len)
+        .map(|_| {
+            b = b.wrapping_add((rng.next() % 3) as u8);
+            b
+        })
+        .collect()
+}
+
+/// Bytes no codec can shrink.
+pub fn noise(rng: &mut Rng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.next() as u8).collect()
+}
+
+pub fn opts(codec: Codec) -> AppendOptions {
+    AppendOptions {
+        codec,
+        durable: false,
+    }
+}
+
+pub fn small_chunks(capacity: u64) -> StoreOptions {
+    StoreOptions {
+        chunk_capacity: capacity,
+        ..StoreOptions::default()
+    }
+}
+
+/// Every record of the store, read through `gather_ragged` in one batch.
+pub fn read_all(store: &Store) -> Vec<Vec<u8>> {
+    let idxs: Vec<u64> = (0..store.len() as u64).collect();
+    read(store, &idxs)
+}
+
+/// Records `idxs`, read in one ragged gather, packed back to back.
+pub fn read(store: &Store, idxs: &[u64]) -> Vec<Vec<u8>> {
+    let lens = store.lengths(idxs).unwrap();
+    let mut offsets = Vec::with_capacity(lens.len());
+    let mut total = 0u64;
+    for &l in &lens {
+        offsets.push(total);
+        total += l as u64;
+    }
+    let mut dst = vec![0u8; total as usize];
+    store.gather_ragged(idxs, &mut dst, &offsets).unwrap();
+    offsets
+        .iter()
+        .zip(&lens)
+        .map(|(&o, &l)| dst[o as usize..o as usize + l as usize].to_vec())
+        .collect()
+}

@@ -1,0 +1,47 @@
+//! Index generation for an endless, step-based data loader.
+//!
+//! A [`Sampler`] produces, for every training step, a batch of `batch_size`
+//! record indices from the index space `0..length`. There are three
+//! [`Mode`]s:
+//!
+//! - [`Mode::Sequential`]: a sliding window over the circular index space;
+//!   step `s` holds `(s * batch_size + k) mod length` for `k in 0..batch_size`.
+//! - [`Mode::Iid`]: every position independently uniform over `0..length`,
+//!   with replacement.
+//! - [`Mode::Shuffle`]: without replacement. The stream of positions
+//!   `p = s * batch_size + k` is cut into epochs of `length` positions and
+//!   epoch `e` visits every index exactly once, in the order of a keyed
+//!   pseudo-random [`Permutation`] derived from `(seed, e)`. Batches cross
+//!   epoch boundaries seamlessly.
+//!
+//! # The pure-function property
+//!
+//! A batch depends only on `(length, batch_size, mode, seed, step)`: no state
+//! carries over from earlier steps. Randomness is counter-based (a hash of the
+//! coordinates of each draw) and the shuffle is a bijection evaluated on
+//! demand in O(1) memory, never a materialized, progressively consumed
+//! array. So any step can be produced directly, in any order, on any worker,
+//! and resuming a run exactly is just [`Sampler::seek`] to the saved step.
+//!
+//! ```
+//! use zsampler::{Mode, Sampler};
+//!
+//! let mut sampler = Sampler::new(10, 4, Mode::Sequential, 0).unwrap();
+//! assert_eq!(sampler.next_batch(), [0, 1, 2, 3]);
+//! assert_eq!(sampler.next_batch(), [4, 5, 6, 7]);
+//! assert_eq!(sampler.next_batch(), [8, 9, 0, 1]);
+//!
+//! let shuffled = Sampler::new(1_000_000, 256, Mode::Shuffle, 42).unwrap();
+//! assert_eq!(shuffled.batch(123_456), shuffled.batch(123_456));
+//! ```
+
+mod error;
+mod mode;
+mod permutation;
+mod random;
+mod sampler;
+
+pub use error::SamplerError;
+pub use mode::Mode;
+pub use permutation::Permutation;
+pub use sampler::Sampler;
