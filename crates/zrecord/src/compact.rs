@@ -22,6 +22,8 @@ use crate::store::Store;
 pub struct CompactReport {
     /// Records written to a new position.
     pub moved: u64,
+    /// Whether every record is packed; false when a move budget ran out.
+    pub finished: bool,
     /// Usage before and after.
     pub before: Stats,
     pub after: Stats,
@@ -31,6 +33,13 @@ impl Store {
     /// Packs the live records densely and deletes chunk files past the new
     /// frontier. Records already in place are not touched.
     pub fn compact(&mut self) -> Result<CompactReport> {
+        self.compact_some(u64::MAX)
+    }
+
+    /// Like [`Store::compact`], but stops after moving `max_moves` records,
+    /// leaving a valid store that a later call continues, so a large
+    /// compaction can be spread over several maintenance windows.
+    pub fn compact_some(&mut self, max_moves: u64) -> Result<CompactReport> {
         let before = self.stats();
         let header = self.meta.header();
         let mut order: Vec<(u64, usize)> = (0..header.length as usize)
@@ -45,6 +54,14 @@ impl Store {
         for (start, index) in order {
             let loc = self.meta.entry(index);
             let target = self.place(cursor, loc.phys_length);
+            if moved == max_moves {
+                return Ok(CompactReport {
+                    moved,
+                    finished: false,
+                    before,
+                    after: self.stats(),
+                });
+            }
             if address(target) >= start {
                 // In place already, or packing would move it up: keep it.
                 cursor = (loc.chunk_id, loc.end());
@@ -73,6 +90,7 @@ impl Store {
         }
         Ok(CompactReport {
             moved,
+            finished: true,
             before,
             after: self.stats(),
         })

@@ -1,0 +1,229 @@
+//! Behaviour of whole stores: rollover, reopen, delete, compact, files on disk.
+
+mod common;
+
+use common::{compressible, noise, opts, read_all, small_chunks, Rng};
+use zrecord::{chunk_file_name, Codec, Store};
+
+fn store_at(dir: &tempfile::TempDir, capacity: u64) -> Store {
+    Store::open_with(dir.path().join("s.zr"), &small_chunks(capacity)).unwrap()
+}
+
+fn records(rng: &mut Rng, n: usize, len: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            if i % 2 == 0 {
+                compressible(rng, len)
+            } else {
+                noise(rng, len)
+            }
+        })
+        .collect()
+}
+
+fn append_all(store: &Store, recs: &[Vec<u8>], codec: Codec) -> u32 {
+    let slices: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+    store.append(&slices, &opts(codec)).unwrap()
+}
+
+#[test]
+fn records_roll_over_to_new_chunks_and_never_straddle() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir, 1000);
+    let recs = records(&mut Rng(7), 30, 300);
+    append_all(&store, &recs, Codec::Raw);
+    // Three 300-byte records fit in 1000 bytes, so 30 records need 10 chunks.
+    for id in 0..10 {
+        let len = std::fs::metadata(store.path().join(chunk_file_name(id)))
+            .unwrap()
+            .len();
+        assert_eq!(len, 900, "chunk {id}");
+    }
+    assert!(!store.path().join(chunk_file_name(10)).exists());
+    assert_eq!(read_all(&store), recs);
+    let stats = store.stats();
+    assert_eq!((stats.records, stats.live_bytes), (30, 9000));
+    assert_eq!(stats.chunk_bytes, 9 * 1000 + 900);
+}
+
+#[test]
+fn every_operation_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.zr");
+    let options = small_chunks(5000);
+    let mut rng = Rng(11);
+    let mut model = Vec::new();
+    for codec in Codec::ALL {
+        let recs = records(&mut rng, 9, 700);
+        append_all(&Store::open_with(&path, &options).unwrap(), &recs, codec);
+        model.extend(recs);
+        assert_eq!(read_all(&Store::open_with(&path, &options).unwrap()), model);
+    }
+    Store::open_with(&path, &options)
+        .unwrap()
+        .delete(&[3, 0, 35])
+        .unwrap();
+    for t in [35, 3, 0] {
+        model.swap_remove(t);
+    }
+    assert_eq!(read_all(&Store::open_with(&path, &options).unwrap()), model);
+    Store::open_with(&path, &options)
+        .unwrap()
+        .compact()
+        .unwrap();
+    assert_eq!(read_all(&Store::open_with(&path, &options).unwrap()), model);
+}
+
+#[test]
+fn deleting_everything_leaves_an_empty_store_that_takes_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store_at(&dir, 4000);
+    let recs = records(&mut Rng(3), 20, 500);
+    append_all(&store, &recs, Codec::Flate);
+    let all: Vec<u64> = (0..20).rev().chain(0..20).collect();
+    store.delete(&all).unwrap();
+    assert_eq!(store.len(), 0);
+    store.compact().unwrap();
+    assert_eq!(store.stats().chunk_bytes, 0);
+    assert_eq!(
+        std::fs::metadata(store.path().join("0.zr")).unwrap().len(),
+        0
+    );
+    assert!(!store.path().join("1.zr").exists());
+    // Deleted indices are reused by the next append.
+    assert_eq!(append_all(&store, &recs[..2], Codec::Lz4), 0);
+    assert_eq!(read_all(&store), recs[..2]);
+}
+
+#[test]
+fn delete_moves_the_tail_into_holes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store_at(&dir, 1 << 20);
+    let recs: Vec<Vec<u8>> = (0..6u8).map(|i| vec![i; 10]).collect();
+    append_all(&store, &recs, Codec::Raw);
+    store.delete(&[1, 1, 4]).unwrap();
+    // Holes are filled in descending order: slot 4 takes record 5 from the
+    // last slot, then slot 1 takes the new last record, which is 5 again.
+    let got: Vec<u8> = read_all(&store).iter().map(|r| r[0]).collect();
+    assert_eq!(got, [0, 5, 2, 3]);
+    // Re-appending after a delete reuses the freed indices.
+    assert_eq!(append_all(&store, &recs[..1], Codec::Raw), 4);
+}
+
+#[test]
+fn compact_reclaims_space_removes_chunks_and_is_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store_at(&dir, 3000);
+    let recs = records(&mut Rng(5), 40, 400);
+    append_all(&store, &recs, Codec::Raw);
+    let before = store.stats();
+    assert_eq!(before.reclaimable, before.chunk_bytes - 16_000);
+    let doomed: Vec<u64> = (0..40).filter(|i| i % 3 != 0).collect();
+    store.delete(&doomed).unwrap();
+    let mut model = recs.clone();
+    for &t in doomed.iter().rev() {
+        model.swap_remove(t as usize);
+    }
+    let report = store.compact().unwrap();
+    assert!(report.moved > 0);
+    assert_eq!(report.after.live_bytes, 14 * 400);
+    // 14 records of 400 bytes, 7 per 3000-byte chunk: exactly two chunks.
+    assert_eq!(report.after.chunk_bytes, 3000 + 2800);
+    assert!(!store.path().join("2.zr").exists());
+    assert_eq!(read_all(&store), model);
+    let again = store.compact().unwrap();
+    assert_eq!(again.moved, 0);
+    assert_eq!(again.after, report.after);
+    assert_eq!(read_all(&store), model);
+}
+
+#[test]
+fn an_interrupted_compaction_leaves_a_valid_store_that_rerunning_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.zr");
+    let options = small_chunks(2500);
+    let mut store = Store::open_with(&path, &options).unwrap();
+    let recs = records(&mut Rng(9), 30, 333);
+    append_all(&store, &recs, Codec::Raw);
+    store.delete(&[0, 7, 8, 20]).unwrap();
+    let model = read_all(&store);
+    let before: Vec<u64> = (0..store.len()).map(|i| location(&store, i)).collect();
+    // Stop after each single move, reopen, and check everything every time.
+    let mut rounds = 0;
+    loop {
+        let report = store.compact_some(1).unwrap();
+        drop(store);
+        store = Store::open_with(&path, &options).unwrap();
+        assert_eq!(read_all(&store), model, "after round {rounds}");
+        for (i, &was) in before.iter().enumerate() {
+            assert!(location(&store, i) <= was, "record {i} moved up");
+        }
+        rounds += 1;
+        if report.finished {
+            break;
+        }
+    }
+    assert!(
+        rounds > 5,
+        "the compaction really was split ({rounds} rounds)"
+    );
+    let full = Store::open_with(dir.path().join("other.zr"), &options).unwrap();
+    append_all(&full, &model, Codec::Raw);
+    assert_eq!(
+        store.stats().chunk_bytes,
+        full.stats().chunk_bytes,
+        "as dense as a fresh store"
+    );
+}
+
+/// Physical address of record `i`, read from `meta.zr` the way the format
+/// document describes it.
+fn location(store: &Store, i: usize) -> u64 {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(store.path().join("meta.zr")).unwrap();
+    f.seek(SeekFrom::Start((16 + 16 * i) as u64)).unwrap();
+    let mut e = [0u8; 16];
+    f.read_exact(&mut e).unwrap();
+    let offset = u32::from_le_bytes(e[0..4].try_into().unwrap()) as u64;
+    let chunk = u16::from_le_bytes(e[12..14].try_into().unwrap()) as u64;
+    (chunk << 32) | offset
+}
+
+#[test]
+fn meta_file_bytes_follow_the_documented_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir, 1 << 20);
+    let rec = compressible(&mut Rng(1), 4096);
+    store.append(&[&rec, b"abc"], &opts(Codec::Flate)).unwrap();
+    let meta = std::fs::read(store.path().join("meta.zr")).unwrap();
+    assert_eq!(meta.len(), 16 + (1 << 24) * 16);
+    assert_eq!(&meta[0..4], b"ZREC");
+    assert_eq!(u16::from_le_bytes([meta[4], meta[5]]), 1);
+    let entry = |i: usize| &meta[16 + 16 * i..32 + 16 * i];
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let (e0, e1) = (entry(0), entry(1));
+    assert_eq!(u32_at(e0, 0), 0, "first record at offset 0");
+    let phys0 = u32_at(e0, 4);
+    assert!(phys0 < 4096, "compressible record shrank");
+    assert_eq!(u32_at(e0, 8), 4096);
+    assert_eq!(
+        (e0[12], e0[13], e0[14], e0[15]),
+        (0, 0, 1, 0),
+        "chunk 0, flate, reserved 0"
+    );
+    // "abc" does not shrink: stored raw right after record 0.
+    assert_eq!((u32_at(e1, 0), u32_at(e1, 4), u32_at(e1, 8)), (phys0, 3, 3));
+    assert_eq!(e1[14], 0);
+    // Header: tail chunk 0, tail offset past both records, length 2.
+    assert_eq!(u16::from_le_bytes([meta[6], meta[7]]), 0);
+    assert_eq!(u32_at(&meta, 8), phys0 + 3);
+    assert_eq!(u32_at(&meta, 12), 2);
+    // The stored bytes are a raw DEFLATE stream, decodable by an independent
+    // inflater.
+    let chunk = std::fs::read(store.path().join("0.zr")).unwrap();
+    let mut out = vec![0u8; 4096];
+    let n = libdeflater::Decompressor::new()
+        .deflate_decompress(&chunk[..phys0 as usize], &mut out)
+        .unwrap();
+    assert_eq!((n, &out[..]), (4096, &rec[..]));
+}
