@@ -1,6 +1,9 @@
 //! Deleting records by moving the tail into the holes, so the live records
 //! stay exactly `0..len` (docs/FORMAT.md, "Delete").
 
+use std::collections::HashMap;
+
+use crate::delete_journal::{self, DeletePlan};
 use crate::error::Result;
 use crate::store::Store;
 
@@ -8,26 +11,120 @@ impl Store {
     /// Removes records `idxs` (any order, duplicates allowed). Each hole is
     /// filled with the current last record, so survivors may change index.
     /// Only the table changes; the bytes stay until [`Store::compact`].
-    /// Nothing changes when any index is out of range.
+    /// Nothing changes when any index is out of range. The delete is atomic:
+    /// after a crash the store holds either all the targets or none of them.
     pub fn delete(&mut self, idxs: &[u64]) -> Result<()> {
-        let mut len = self.meta.length();
-        if let Some(&bad) = idxs.iter().find(|&&i| i >= len as u64) {
-            return Err(self.out_of_range(bad, len));
+        let plan = self.plan_delete(idxs)?;
+        if plan.old_length == plan.new_length {
+            return Ok(());
+        }
+        delete_journal::write(self.path(), &plan)?;
+        delete_journal::apply(self.path(), &self.meta, &plan)
+    }
+
+    /// Resolves a delete into the slot rewrites and the new length.
+    fn plan_delete(&self, idxs: &[u64]) -> Result<DeletePlan> {
+        let old_length = self.meta.length();
+        if let Some(&bad) = idxs.iter().find(|&&i| i >= old_length as u64) {
+            return Err(self.out_of_range(bad, old_length));
         }
         let mut targets = idxs.to_vec();
         targets.sort_unstable_by(|a, b| b.cmp(a));
         targets.dedup();
         // In descending order every hole lies at or below the current last
-        // slot, and no later target names a slot already filled.
+        // slot. A slot filled earlier may become the last one again, so the
+        // entries are resolved against the rewrites planned so far.
+        let mut rewritten = HashMap::new();
+        let mut len = old_length;
         for &target in &targets {
             let last = len - 1;
             if target as u32 != last {
-                self.meta
-                    .set_entry(target as usize, self.meta.entry(last as usize));
+                let moving = rewritten
+                    .get(&last)
+                    .copied()
+                    .unwrap_or_else(|| self.meta.entry(last as usize));
+                rewritten.insert(target as u32, moving);
             }
             len = last;
         }
-        self.meta.publish_length(len);
-        Ok(())
+        let mut moves: Vec<_> = rewritten
+            .into_iter()
+            .filter(|&(slot, _)| slot < len)
+            .collect();
+        moves.sort_unstable_by_key(|&(slot, _)| slot);
+        Ok(DeletePlan {
+            old_length,
+            new_length: len,
+            moves,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{AppendOptions, Codec, Store};
+
+    fn contents(store: &Store) -> Vec<u8> {
+        let idxs: Vec<u64> = (0..store.len() as u64).collect();
+        let mut dst = vec![0; idxs.len()];
+        store.gather(&idxs, &mut dst, 1).unwrap();
+        dst
+    }
+
+    #[test]
+    fn a_delete_interrupted_at_any_step_is_finished_on_open() {
+        let targets = [9u64, 0, 3, 8, 4];
+        let dir = tempfile::tempdir().unwrap();
+        let reference = {
+            let mut s = Store::open(dir.path().join("ref")).unwrap();
+            s.append_fixed(
+                b"abcdefghij",
+                10,
+                1,
+                &AppendOptions {
+                    codec: Codec::Raw,
+                    durable: false,
+                },
+            )
+            .unwrap();
+            s.delete(&targets).unwrap();
+            contents(&s)
+        };
+        let plan_len = {
+            let s = Store::open(dir.path().join("ref")).unwrap();
+            s.plan_delete(&[0]).unwrap().moves.len()
+        };
+        assert_eq!(plan_len, 1);
+        // Crash after the journal is synced and `applied` rewrites are done,
+        // before the length is published.
+        for applied in 0..=3 {
+            let path = dir.path().join(format!("crash-{applied}"));
+            let store = Store::open(&path).unwrap();
+            store
+                .append_fixed(
+                    b"abcdefghij",
+                    10,
+                    1,
+                    &AppendOptions {
+                        codec: Codec::Raw,
+                        durable: false,
+                    },
+                )
+                .unwrap();
+            let plan = store.plan_delete(&targets).unwrap();
+            assert_eq!(plan.new_length, 5);
+            super::delete_journal::write(&path, &plan).unwrap();
+            for &(slot, loc) in plan.moves.iter().take(applied) {
+                store.meta.set_entry(slot as usize, loc);
+            }
+            drop(store);
+            let reopened = Store::open(&path).unwrap();
+            assert_eq!(
+                contents(&reopened),
+                reference,
+                "crash after {applied} rewrites"
+            );
+            assert!(!path.join(super::delete_journal::JOURNAL_FILE_NAME).exists());
+        }
     }
 }

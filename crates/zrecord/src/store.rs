@@ -74,6 +74,7 @@ impl Store {
             });
         }
         let meta = MetaFile::open(&dir, options.create)?;
+        crate::delete_journal::recover(&dir, &meta)?;
         Ok(Store {
             chunks: ChunkFiles::new(&dir),
             meta,

@@ -1,0 +1,203 @@
+//! The delete journal: what makes a delete all-or-nothing across a crash
+//! (docs/FORMAT.md, "Delete journal").
+//!
+//! A swap-last delete rewrites several table slots and then the length; a
+//! crash in between would leave a survivor in two slots. So the complete set
+//! of slot rewrites is first written to `delete.journal` and synced, then
+//! applied, then the journal is removed. Opening a store with a journal
+//! present re-applies it; applying twice is harmless because the journal
+//! holds the new entries themselves, not instructions to copy slots.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{io_error, Error, Result};
+use crate::meta_file::MetaFile;
+use crate::record_table::{RecordLoc, ENTRY_LEN};
+
+pub const JOURNAL_FILE_NAME: &str = "delete.journal";
+
+/// `ZRDJ`, then version 1.
+const JOURNAL_MAGIC: [u8; 4] = *b"ZRDJ";
+const JOURNAL_VERSION: u16 = 1;
+const MAGIC_OFFSET: usize = 0;
+const VERSION_OFFSET: usize = MAGIC_OFFSET + 4;
+const OLD_LENGTH_OFFSET: usize = VERSION_OFFSET + 4; // u16 version, u16 reserved
+const NEW_LENGTH_OFFSET: usize = OLD_LENGTH_OFFSET + 4;
+const COUNT_OFFSET: usize = NEW_LENGTH_OFFSET + 4;
+const MOVES_OFFSET: usize = COUNT_OFFSET + 4;
+/// One move: the slot (u32) and the entry it receives.
+const MOVE_LEN: usize = 4 + ENTRY_LEN;
+/// The journal ends with the CRC32C of every byte before it.
+const CRC_LEN: usize = 4;
+
+/// A delete, fully resolved: the length before and after, and every slot
+/// below the new length that receives a new entry.
+pub(crate) struct DeletePlan {
+    pub old_length: u32,
+    pub new_length: u32,
+    pub moves: Vec<(u32, RecordLoc)>,
+}
+
+impl DeletePlan {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(MOVES_OFFSET + self.moves.len() * MOVE_LEN + CRC_LEN);
+        b.extend_from_slice(&JOURNAL_MAGIC);
+        b.extend_from_slice(&JOURNAL_VERSION.to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&self.old_length.to_le_bytes());
+        b.extend_from_slice(&self.new_length.to_le_bytes());
+        b.extend_from_slice(&(self.moves.len() as u32).to_le_bytes());
+        for (slot, loc) in &self.moves {
+            b.extend_from_slice(&slot.to_le_bytes());
+            b.extend_from_slice(&loc.offset.to_le_bytes());
+            b.extend_from_slice(&loc.phys_length.to_le_bytes());
+            b.extend_from_slice(&loc.logic_length.to_le_bytes());
+            b.extend_from_slice(&loc.chunk_id.to_le_bytes());
+            b.extend_from_slice(&[loc.codec.0, loc.reserved]);
+        }
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// `None` for anything but a complete journal with a matching checksum:
+    /// a torn journal was never applied, since applying waits for its sync.
+    fn decode(b: &[u8]) -> Option<DeletePlan> {
+        let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+        let body = b.len().checked_sub(CRC_LEN)?;
+        if b.get(..4)? != JOURNAL_MAGIC || crc32c::crc32c(&b[..body]) != u32_at(body)? {
+            return None;
+        }
+        if u16::from_le_bytes(b[VERSION_OFFSET..VERSION_OFFSET + 2].try_into().ok()?)
+            != JOURNAL_VERSION
+        {
+            return None;
+        }
+        let count = u32_at(COUNT_OFFSET)? as usize;
+        if MOVES_OFFSET + count.checked_mul(MOVE_LEN)? != body {
+            return None;
+        }
+        let moves = (0..count)
+            .map(|k| {
+                let m = MOVES_OFFSET + k * MOVE_LEN;
+                let e = &b[m + 4..m + MOVE_LEN];
+                let loc = RecordLoc {
+                    offset: u32::from_le_bytes(e[0..4].try_into().unwrap()),
+                    phys_length: u32::from_le_bytes(e[4..8].try_into().unwrap()),
+                    logic_length: u32::from_le_bytes(e[8..12].try_into().unwrap()),
+                    chunk_id: u16::from_le_bytes(e[12..14].try_into().unwrap()),
+                    codec: crate::codec::CodecTag(e[14]),
+                    reserved: e[15],
+                };
+                Some((u32_at(m)?, loc))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(DeletePlan {
+            old_length: u32_at(OLD_LENGTH_OFFSET)?,
+            new_length: u32_at(NEW_LENGTH_OFFSET)?,
+            moves,
+        })
+    }
+}
+
+fn journal_path(dir: &Path) -> PathBuf {
+    dir.join(JOURNAL_FILE_NAME)
+}
+
+/// Writes and syncs the journal for `plan`. After this returns, the delete
+/// happens even if the process dies before `apply` finishes.
+pub(crate) fn write(dir: &Path, plan: &DeletePlan) -> Result<()> {
+    let path = journal_path(dir);
+    let mut file = File::create(&path).map_err(io_error(&path))?;
+    file.write_all(&plan.encode()).map_err(io_error(&path))?;
+    file.sync_all().map_err(io_error(&path))?;
+    sync_dir(dir)
+}
+
+/// Applies `plan` to the table, makes it durable, and removes the journal.
+pub(crate) fn apply(dir: &Path, meta: &MetaFile, plan: &DeletePlan) -> Result<()> {
+    for &(slot, loc) in &plan.moves {
+        meta.set_entry(slot as usize, loc);
+    }
+    meta.publish_length(plan.new_length);
+    meta.sync()?;
+    let path = journal_path(dir);
+    fs::remove_file(&path).map_err(io_error(&path))?;
+    sync_dir(dir)
+}
+
+/// Finishes a delete that a crash interrupted, if there is one.
+pub(crate) fn recover(dir: &Path, meta: &MetaFile) -> Result<()> {
+    let path = journal_path(dir);
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error(&path)(e)),
+    };
+    let Some(plan) = DeletePlan::decode(&bytes) else {
+        // Torn while being written: the delete never started.
+        fs::remove_file(&path).map_err(io_error(&path))?;
+        return sync_dir(dir);
+    };
+    let length = meta.length();
+    if length != plan.old_length && length != plan.new_length {
+        return Err(Error::NotAStore {
+            path,
+            reason: format!(
+                "delete journal is for a store of {} records, the header says {length}",
+                plan.old_length
+            ),
+        });
+    }
+    apply(dir, meta, &plan)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::CodecTag;
+
+    fn plan() -> DeletePlan {
+        let loc = |i: u32| RecordLoc {
+            offset: i * 10,
+            phys_length: i,
+            logic_length: i + 1,
+            chunk_id: i as u16,
+            codec: CodecTag(1),
+            reserved: 0,
+        };
+        DeletePlan {
+            old_length: 10,
+            new_length: 7,
+            moves: vec![(2, loc(9)), (5, loc(8))],
+        }
+    }
+
+    #[test]
+    fn journal_round_trips() {
+        let back = DeletePlan::decode(&plan().encode()).unwrap();
+        assert_eq!((back.old_length, back.new_length), (10, 7));
+        assert_eq!(back.moves, plan().moves);
+    }
+
+    #[test]
+    fn every_torn_or_damaged_journal_is_rejected() {
+        let bytes = plan().encode();
+        for cut in 0..bytes.len() {
+            assert!(DeletePlan::decode(&bytes[..cut]).is_none(), "cut at {cut}");
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 1;
+            assert!(DeletePlan::decode(&b).is_none(), "flip at {i}");
+        }
+    }
+}
