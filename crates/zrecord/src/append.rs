@@ -244,6 +244,7 @@ impl Store {
         };
 
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _appending = crate::lock::appending(self.meta.file(), self.meta.path())?;
         let header = self.meta.header();
         let first = header.length;
         if first as usize + n > MAX_RECORDS {

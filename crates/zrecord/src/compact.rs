@@ -40,6 +40,7 @@ impl Store {
     /// leaving a valid store that a later call continues, so a large
     /// compaction can be spread over several maintenance windows.
     pub fn compact_some(&mut self, max_moves: u64) -> Result<CompactReport> {
+        let _sole = crate::lock::exclusive(self.meta.file(), self.meta.path())?;
         let before = self.stats();
         let header = self.meta.header();
         let mut order: Vec<(u64, usize)> = (0..header.length as usize)

@@ -18,6 +18,7 @@ impl Store {
         if plan.old_length == plan.new_length {
             return Ok(());
         }
+        let _sole = crate::lock::exclusive(self.meta.file(), self.meta.path())?;
         delete_journal::write(self.path(), &plan)?;
         delete_journal::apply(self.path(), &self.meta, &plan)
     }

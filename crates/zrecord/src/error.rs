@@ -80,6 +80,11 @@ pub enum Error {
         reason: String,
     },
 
+    /// Another handle (in this or another process) holds a lock the request
+    /// needs; see docs/FORMAT.md, "Locking".
+    #[error("{path}: store is busy: {reason}")]
+    Busy { path: PathBuf, reason: String },
+
     /// Arguments that do not describe a valid request (mismatched lengths,
     /// a source range outside the source buffer, an unknown codec name).
     #[error("{path}: invalid argument: {reason}")]

@@ -34,6 +34,7 @@ mod error;
 mod gather;
 mod header;
 mod limits;
+mod lock;
 mod meta_file;
 mod record_table;
 mod stats;

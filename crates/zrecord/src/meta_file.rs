@@ -96,6 +96,15 @@ impl MetaFile {
     }
 
     /// A snapshot of the header; `length` as of an acquire load.
+    /// The open `meta.zr`, whose byte-range locks coordinate handles.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub fn header(&self) -> Header {
         // SAFETY: the mapping is META_FILE_LEN bytes, page aligned, so the
         // header is in bounds and aligned; Header is plain bytes.

@@ -74,7 +74,14 @@ impl Store {
             });
         }
         let meta = MetaFile::open(&dir, options.create)?;
-        crate::delete_journal::recover(&dir, &meta)?;
+        crate::lock::share(meta.file(), meta.path())?;
+        {
+            // Finishing an interrupted delete rewrites the table: only when
+            // nobody else has the store open (else they finish it).
+            if let Ok(_sole) = crate::lock::exclusive(meta.file(), meta.path()) {
+                crate::delete_journal::recover(&dir, &meta)?;
+            }
+        }
         Ok(Store {
             chunks: ChunkFiles::new(&dir),
             meta,
