@@ -325,13 +325,13 @@ impl Store {
         }
 
         for (k, loc) in locs.into_iter().enumerate() {
-            self.meta.set_entry(first as usize + k, loc);
+            self.meta.set_entry(first as usize + k, loc)?;
         }
         if options.durable {
             self.meta.flush_entries(first as usize, n)?;
         }
-        self.meta.set_tail(chunk, offset as u32);
-        self.meta.publish_length(first + n as u32);
+        self.meta.set_tail(chunk, offset as u32)?;
+        self.meta.publish_length(first + n as u32)?;
         if options.durable {
             self.meta.flush_header()?;
         }

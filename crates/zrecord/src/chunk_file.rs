@@ -15,6 +15,7 @@ use std::sync::{Mutex, OnceLock};
 use memmap2::{Mmap, MmapOptions};
 
 use crate::error::{io_error, Result};
+use crate::io_hook::{announce, Hook, IoEvent};
 use crate::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
 
 /// The file name of chunk `id` inside a store directory.
@@ -23,6 +24,8 @@ pub fn chunk_file_name(id: u16) -> String {
 }
 
 pub(crate) struct ChunkFile {
+    id: u16,
+    hook: Hook,
     path: PathBuf,
     file: File,
     map: Mmap,
@@ -31,7 +34,7 @@ pub(crate) struct ChunkFile {
 }
 
 impl ChunkFile {
-    fn open(path: PathBuf, create: bool) -> Result<ChunkFile> {
+    fn open(id: u16, path: PathBuf, create: bool, hook: Hook) -> Result<ChunkFile> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -51,6 +54,8 @@ impl ChunkFile {
                 .map_err(io_error(&path))?
         };
         Ok(ChunkFile {
+            id,
+            hook,
             path,
             file,
             map,
@@ -77,7 +82,16 @@ impl ChunkFile {
         Some(&self.map[offset as usize..end as usize])
     }
 
+    fn announce(&self, event: IoEvent<'_>) -> Result<()> {
+        announce(&self.hook, &self.path, event)
+    }
+
     pub fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+        self.announce(IoEvent::ChunkWrite {
+            chunk: self.id,
+            offset,
+            bytes,
+        })?;
         self.file
             .write_all_at(bytes, offset)
             .map_err(io_error(&self.path))?;
@@ -94,6 +108,10 @@ impl ChunkFile {
     /// Shrinks the file to `len` bytes. Only `compact` calls this, holding
     /// exclusive access, after no table entry points past `len`.
     pub fn truncate(&self, len: u64) -> Result<()> {
+        self.announce(IoEvent::ChunkTruncate {
+            chunk: self.id,
+            len,
+        })?;
         self.file.set_len(len).map_err(io_error(&self.path))?;
         self.size.store(len, Ordering::Release);
         Ok(())
@@ -101,6 +119,7 @@ impl ChunkFile {
 
     /// Makes the written data durable (fdatasync).
     pub fn sync_data(&self) -> Result<()> {
+        self.announce(IoEvent::ChunkSync { chunk: self.id })?;
         self.file.sync_data().map_err(io_error(&self.path))
     }
 }
@@ -108,14 +127,16 @@ impl ChunkFile {
 /// The chunk files of one store, opened lazily and kept open.
 pub(crate) struct ChunkFiles {
     dir: PathBuf,
+    hook: Hook,
     slots: Box<[OnceLock<ChunkFile>]>,
     opening: Mutex<()>,
 }
 
 impl ChunkFiles {
-    pub fn new(dir: &Path) -> ChunkFiles {
+    pub fn new(dir: &Path, hook: Hook) -> ChunkFiles {
         ChunkFiles {
             dir: dir.to_path_buf(),
+            hook,
             slots: (0..MAX_CHUNKS).map(|_| OnceLock::new()).collect(),
             opening: Mutex::new(()),
         }
@@ -144,7 +165,7 @@ impl ChunkFiles {
         if let Some(chunk) = slot.get() {
             return Ok(chunk);
         }
-        let chunk = ChunkFile::open(self.path_of(id), create)?;
+        let chunk = ChunkFile::open(id, self.path_of(id), create, self.hook.clone())?;
         Ok(slot.get_or_init(|| chunk))
     }
 
@@ -155,8 +176,9 @@ impl ChunkFiles {
 
     /// Closes chunk `id` and deletes its file (if any).
     pub fn remove(&mut self, id: u16) -> Result<()> {
-        self.slots[id as usize].take();
         let path = self.path_of(id);
+        announce(&self.hook, &path, IoEvent::ChunkRemove { chunk: id })?;
+        self.slots[id as usize].take();
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error(path)(e)),
             _ => Ok(()),

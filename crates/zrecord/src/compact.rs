@@ -3,14 +3,13 @@
 //!
 //! Live records are visited in physical order and packed densely from the
 //! start of chunk 0, so a record only ever moves to a lower address and never
-//! lands on a record not yet visited. Each table entry is rewritten as soon as
-//! its record has landed, so the store is valid at every instant and an
-//! interrupted compaction is finished by running it again.
-//!
-//! A record whose new place overlaps its old one (a short move down) cannot be
-//! copied directly: a crash mid-copy would damage the only copy. It is first
-//! parked past the write frontier, where no live record lies, and moved down
-//! from there.
+//! lands on a record not yet visited. Records are moved in groups, each in
+//! two synced phases: first every record of the group is copied past the write
+//! frontier, where no live record lies, and its entry pointed at the copy;
+//! then the copies are written to their packed places and the entries pointed
+//! there. At every instant each entry points at an intact, durable copy, so an
+//! interrupted compaction (even by power loss) leaves a valid store, and
+//! running `compact` again finishes it.
 
 use crate::error::{Error, Result};
 use crate::record_table::RecordLoc;
@@ -27,6 +26,19 @@ pub struct CompactReport {
     /// Usage before and after.
     pub before: Stats,
     pub after: Stats,
+}
+
+/// Bytes moved per group: the extra disk space compaction needs, and the
+/// amount of work between two rounds of syncs.
+const GROUP_BYTES: u64 = 64 << 20;
+
+/// A position in the store: (chunk, offset).
+type Pos = (u16, u64);
+
+struct Move {
+    index: usize,
+    loc: RecordLoc,
+    target: Pos,
 }
 
 impl Store {
@@ -48,100 +60,160 @@ impl Store {
             .collect();
         order.sort_unstable();
 
-        let mut frontier = (header.tail_chunk, header.tail_offset as u64);
-        let mut cursor = (0u16, 0u64);
-        let mut scratch = Vec::new();
+        let frontier = (header.tail_chunk, header.tail_offset as u64);
+        let group_limit = GROUP_BYTES.min(self.chunk_capacity);
+        let mut cursor: Pos = (0, 0);
+        let mut prev_end = 0u64;
+        let mut group = Vec::new();
+        let mut group_bytes = 0;
         let mut moved = 0;
+        let mut finished = true;
         for (start, index) in order {
             let loc = self.meta.entry(index);
-            let target = self.place(cursor, loc.phys_length);
-            if moved == max_moves {
-                return Ok(CompactReport {
-                    moved,
-                    finished: false,
-                    before,
-                    after: self.stats(),
-                });
+            if start < prev_end {
+                return Err(self.corrupt(index, loc, "its bytes overlap another record's"));
             }
+            prev_end = start + loc.phys_length as u64;
+            let target = self.place(cursor, loc.phys_length);
             if address(target) >= start {
                 // In place already, or packing would move it up: keep it.
                 cursor = (loc.chunk_id, loc.end());
                 continue;
             }
-            self.read_stored(index, loc, &mut scratch)?;
-            let mut current = loc;
-            if target.0 == loc.chunk_id && target.1 + loc.phys_length as u64 > loc.offset as u64 {
-                let park = self.place(frontier, loc.phys_length);
-                current = self.write_record(index, loc, park, &scratch)?;
-                frontier = (park.0, park.1 + loc.phys_length as u64);
-                // The parked copy must lie below the tail, or an append after
-                // a crash here would overwrite it.
-                self.meta.set_tail(frontier.0, frontier.1 as u32);
+            if moved == max_moves {
+                finished = false;
+                break;
             }
-            self.write_record(index, current, target, &scratch)?;
+            group.push(Move { index, loc, target });
+            group_bytes += loc.phys_length as u64;
             cursor = (target.0, target.1 + loc.phys_length as u64);
             moved += 1;
+            if group_bytes >= group_limit {
+                self.move_group(&group, frontier)?;
+                group.clear();
+                group_bytes = 0;
+            }
         }
+        self.move_group(&group, frontier)?;
 
-        self.meta.set_tail(cursor.0, cursor.1 as u32);
-        self.remove_chunks_after(cursor.0)?;
-        let tail = self.chunks.get_or_create(cursor.0)?;
-        if tail.file_len()? > cursor.1 {
-            tail.truncate(cursor.1)?;
+        if finished {
+            // The new frontier is durable before anything past it goes away.
+            self.meta.set_tail(cursor.0, cursor.1 as u32)?;
+            self.meta.flush_header()?;
+            self.remove_chunks_after(cursor.0)?;
+            let tail = self.chunks.get_or_create(cursor.0)?;
+            if tail.file_len()? > cursor.1 {
+                tail.truncate(cursor.1)?;
+            }
         }
         Ok(CompactReport {
             moved,
-            finished: true,
+            finished,
             before,
             after: self.stats(),
         })
     }
 
+    /// Moves one group: park every record past `frontier`, then write each
+    /// to its target, syncing data before the entries that point at it.
+    fn move_group(&self, group: &[Move], frontier: Pos) -> Result<()> {
+        if group.is_empty() {
+            return Ok(());
+        }
+        let mut scratch = Vec::new();
+        let mut park = frontier;
+        let mut parked = Vec::with_capacity(group.len());
+        let mut written = Vec::new();
+        for m in group {
+            let at = self.place(park, m.loc.phys_length);
+            self.copy(m.index, m.loc, at, &mut scratch, &mut written)?;
+            parked.push(RecordLoc {
+                chunk_id: at.0,
+                offset: at.1 as u32,
+                ..m.loc
+            });
+            park = (at.0, at.1 + m.loc.phys_length as u64);
+        }
+        // The tail covers the parked copies before any entry points at them,
+        // so an append after a crash cannot overwrite them.
+        let tail = self.meta.header();
+        if address(park) > address((tail.tail_chunk, tail.tail_offset as u64)) {
+            self.meta.set_tail(park.0, park.1 as u32)?;
+        }
+        self.sync_chunks(&mut written)?;
+        for (m, &at) in group.iter().zip(&parked) {
+            self.meta.set_entry(m.index, at)?;
+        }
+        self.meta.sync()?;
+
+        for (m, &from) in group.iter().zip(&parked) {
+            self.copy(m.index, from, m.target, &mut scratch, &mut written)?;
+        }
+        self.sync_chunks(&mut written)?;
+        for m in group {
+            let placed = RecordLoc {
+                chunk_id: m.target.0,
+                offset: m.target.1 as u32,
+                ..m.loc
+            };
+            self.meta.set_entry(m.index, placed)?;
+        }
+        self.meta.sync()
+    }
+
+    /// Copies record `index`'s stored bytes from `from` to `to`.
+    fn copy(
+        &self,
+        index: usize,
+        from: RecordLoc,
+        to: Pos,
+        scratch: &mut Vec<u8>,
+        written: &mut Vec<u16>,
+    ) -> Result<()> {
+        if from.phys_length == 0 {
+            return Ok(());
+        }
+        let stored = self
+            .chunks
+            .get(from.chunk_id)
+            .ok()
+            .and_then(|chunk| chunk.read(from.offset, from.phys_length))
+            .ok_or_else(|| self.corrupt(index, from, "stored bytes lie outside the chunk files"))?;
+        // Through a buffer: source and target may share a page of one file.
+        scratch.clear();
+        scratch.extend_from_slice(stored);
+        self.chunks.get_or_create(to.0)?.write_at(to.1, scratch)?;
+        written.push(to.0);
+        Ok(())
+    }
+
+    fn sync_chunks(&self, written: &mut Vec<u16>) -> Result<()> {
+        written.sort_unstable();
+        written.dedup();
+        for &id in written.iter() {
+            self.chunks.get(id)?.sync_data()?;
+        }
+        written.clear();
+        Ok(())
+    }
+
+    fn corrupt(&self, index: usize, loc: RecordLoc, reason: &str) -> Error {
+        Error::CorruptRecord {
+            path: self.path().to_path_buf(),
+            index: index as u64,
+            chunk: loc.chunk_id,
+            offset: loc.offset,
+            reason: reason.into(),
+        }
+    }
+
     /// Where a record of `phys` bytes goes when packed after `at`.
-    fn place(&self, at: (u16, u64), phys: u32) -> (u16, u64) {
+    fn place(&self, at: Pos, phys: u32) -> Pos {
         if at.1 + phys as u64 > self.chunk_limit {
             (at.0 + 1, 0)
         } else {
             at
         }
-    }
-
-    fn read_stored(&self, index: usize, loc: RecordLoc, into: &mut Vec<u8>) -> Result<()> {
-        let stored = self
-            .chunks
-            .get(loc.chunk_id)
-            .ok()
-            .and_then(|chunk| chunk.read(loc.offset, loc.phys_length))
-            .ok_or_else(|| Error::CorruptRecord {
-                path: self.path().to_path_buf(),
-                index: index as u64,
-                chunk: loc.chunk_id,
-                offset: loc.offset,
-                reason: "stored bytes lie outside the chunk files".into(),
-            })?;
-        into.clear();
-        into.extend_from_slice(stored);
-        Ok(())
-    }
-
-    /// Writes `bytes` at `to`, then points entry `index` there.
-    fn write_record(
-        &self,
-        index: usize,
-        loc: RecordLoc,
-        to: (u16, u64),
-        bytes: &[u8],
-    ) -> Result<RecordLoc> {
-        if !bytes.is_empty() {
-            self.chunks.get_or_create(to.0)?.write_at(to.1, bytes)?;
-        }
-        let moved = RecordLoc {
-            chunk_id: to.0,
-            offset: to.1 as u32,
-            ..loc
-        };
-        self.meta.set_entry(index, moved);
-        Ok(moved)
     }
 
     /// Deletes every chunk file numbered above `last`, including strays left
@@ -164,6 +236,6 @@ impl Store {
     }
 }
 
-fn address((chunk, offset): (u16, u64)) -> u64 {
+fn address((chunk, offset): Pos) -> u64 {
     ((chunk as u64) << 32) | offset
 }

@@ -19,7 +19,7 @@ impl Store {
             return Ok(());
         }
         let _sole = crate::lock::exclusive(self.meta.file(), self.meta.path())?;
-        delete_journal::write(self.path(), &plan)?;
+        delete_journal::write(self.path(), self.meta.hook(), &plan)?;
         delete_journal::apply(self.path(), &self.meta, &plan)
     }
 
@@ -114,9 +114,9 @@ mod tests {
                 .unwrap();
             let plan = store.plan_delete(&targets).unwrap();
             assert_eq!(plan.new_length, 5);
-            super::delete_journal::write(&path, &plan).unwrap();
+            super::delete_journal::write(&path, &None, &plan).unwrap();
             for &(slot, loc) in plan.moves.iter().take(applied) {
-                store.meta.set_entry(slot as usize, loc);
+                store.meta.set_entry(slot as usize, loc).unwrap();
             }
             drop(store);
             let reopened = Store::open(&path).unwrap();

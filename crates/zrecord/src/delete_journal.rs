@@ -13,6 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{io_error, Error, Result};
+use crate::io_hook::{announce, Hook, IoEvent};
 use crate::meta_file::MetaFile;
 use crate::record_table::{RecordLoc, ENTRY_LEN};
 
@@ -51,11 +52,7 @@ impl DeletePlan {
         b.extend_from_slice(&(self.moves.len() as u32).to_le_bytes());
         for (slot, loc) in &self.moves {
             b.extend_from_slice(&slot.to_le_bytes());
-            b.extend_from_slice(&loc.offset.to_le_bytes());
-            b.extend_from_slice(&loc.phys_length.to_le_bytes());
-            b.extend_from_slice(&loc.logic_length.to_le_bytes());
-            b.extend_from_slice(&loc.chunk_id.to_le_bytes());
-            b.extend_from_slice(&[loc.codec.0, loc.reserved]);
+            b.extend_from_slice(&loc.to_bytes());
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -82,15 +79,7 @@ impl DeletePlan {
         let moves = (0..count)
             .map(|k| {
                 let m = MOVES_OFFSET + k * MOVE_LEN;
-                let e = &b[m + 4..m + MOVE_LEN];
-                let loc = RecordLoc {
-                    offset: u32::from_le_bytes(e[0..4].try_into().unwrap()),
-                    phys_length: u32::from_le_bytes(e[4..8].try_into().unwrap()),
-                    logic_length: u32::from_le_bytes(e[8..12].try_into().unwrap()),
-                    chunk_id: u16::from_le_bytes(e[12..14].try_into().unwrap()),
-                    codec: crate::codec::CodecTag(e[14]),
-                    reserved: e[15],
-                };
+                let loc = RecordLoc::from_bytes(b[m + 4..m + MOVE_LEN].try_into().ok()?);
                 Some((u32_at(m)?, loc))
             })
             .collect::<Option<Vec<_>>>()?;
@@ -108,24 +97,41 @@ fn journal_path(dir: &Path) -> PathBuf {
 
 /// Writes and syncs the journal for `plan`. After this returns, the delete
 /// happens even if the process dies before `apply` finishes.
-pub(crate) fn write(dir: &Path, plan: &DeletePlan) -> Result<()> {
+pub(crate) fn write(dir: &Path, hook: &Hook, plan: &DeletePlan) -> Result<()> {
     let path = journal_path(dir);
+    let bytes = plan.encode();
+    let name = JOURNAL_FILE_NAME;
+    announce(
+        hook,
+        &path,
+        IoEvent::FileWrite {
+            name,
+            bytes: &bytes,
+        },
+    )?;
     let mut file = File::create(&path).map_err(io_error(&path))?;
-    file.write_all(&plan.encode()).map_err(io_error(&path))?;
+    file.write_all(&bytes).map_err(io_error(&path))?;
+    announce(hook, &path, IoEvent::FileSync { name })?;
     file.sync_all().map_err(io_error(&path))?;
-    sync_dir(dir)
+    sync_dir(dir, hook)
 }
 
 /// Applies `plan` to the table, makes it durable, and removes the journal.
 pub(crate) fn apply(dir: &Path, meta: &MetaFile, plan: &DeletePlan) -> Result<()> {
     for &(slot, loc) in &plan.moves {
-        meta.set_entry(slot as usize, loc);
+        meta.set_entry(slot as usize, loc)?;
     }
-    meta.publish_length(plan.new_length);
+    meta.publish_length(plan.new_length)?;
     meta.sync()?;
+    remove(dir, meta.hook())
+}
+
+fn remove(dir: &Path, hook: &Hook) -> Result<()> {
     let path = journal_path(dir);
+    let name = JOURNAL_FILE_NAME;
+    announce(hook, &path, IoEvent::FileRemove { name })?;
     fs::remove_file(&path).map_err(io_error(&path))?;
-    sync_dir(dir)
+    sync_dir(dir, hook)
 }
 
 /// Finishes a delete that a crash interrupted, if there is one.
@@ -138,8 +144,7 @@ pub(crate) fn recover(dir: &Path, meta: &MetaFile) -> Result<()> {
     };
     let Some(plan) = DeletePlan::decode(&bytes) else {
         // Torn while being written: the delete never started.
-        fs::remove_file(&path).map_err(io_error(&path))?;
-        return sync_dir(dir);
+        return remove(dir, meta.hook());
     };
     let length = meta.length();
     if length != plan.old_length && length != plan.new_length {
@@ -154,7 +159,8 @@ pub(crate) fn recover(dir: &Path, meta: &MetaFile) -> Result<()> {
     apply(dir, meta, &plan)
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
+    announce(hook, dir, IoEvent::DirSync)?;
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_error(dir))

@@ -17,6 +17,7 @@ use crate::error::{io_error, Error, Result};
 use crate::header::{
     Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET, TAIL_OFFSET_OFFSET,
 };
+use crate::io_hook::{announce, Hook, IoEvent};
 use crate::limits::{MAX_CHUNKS, MAX_RECORDS};
 use crate::record_table::{RecordLoc, ENTRY_LEN, META_FILE_LEN, TABLE_OFFSET};
 
@@ -27,12 +28,13 @@ pub(crate) struct MetaFile {
     path: PathBuf,
     file: File,
     map: MmapRaw,
+    hook: Hook,
 }
 
 impl MetaFile {
     /// Opens `dir/meta.zr`, creating the directory and a fresh file when
     /// `create` is set and the file is missing.
-    pub fn open(dir: &Path, create: bool) -> Result<MetaFile> {
+    pub fn open(dir: &Path, create: bool, hook: Hook) -> Result<MetaFile> {
         let path = dir.join(META_FILE_NAME);
         if create && !path.exists() {
             create_meta_file(dir, &path)?;
@@ -52,7 +54,12 @@ impl MetaFile {
             });
         }
         let map = MmapRaw::map_raw(&file).map_err(io_error(&path))?;
-        let meta = MetaFile { path, file, map };
+        let meta = MetaFile {
+            path,
+            file,
+            map,
+            hook,
+        };
         meta.validate_header()?;
         Ok(meta)
     }
@@ -105,6 +112,18 @@ impl MetaFile {
         &self.path
     }
 
+    pub fn hook(&self) -> &Hook {
+        &self.hook
+    }
+
+    fn announce_write(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+        announce(&self.hook, &self.path, IoEvent::MetaWrite { offset, bytes })
+    }
+
+    fn announce_sync(&self, offset: usize, len: usize) -> Result<()> {
+        announce(&self.hook, &self.path, IoEvent::MetaSync { offset, len })
+    }
+
     pub fn header(&self) -> Header {
         // SAFETY: the mapping is META_FILE_LEN bytes, page aligned, so the
         // header is in bounds and aligned; Header is plain bytes.
@@ -125,19 +144,26 @@ impl MetaFile {
     }
 
     /// Publishes a new length; entries below it must already be written.
-    pub fn publish_length(&self, length: u32) {
+    pub fn publish_length(&self, length: u32) -> Result<()> {
         debug_assert!(length as usize <= MAX_RECORDS);
+        self.announce_write(LENGTH_OFFSET, &length.to_le_bytes())?;
         self.length_atomic().store(length, Ordering::Release);
+        Ok(())
     }
 
     /// Records the write frontier. Callers hold the store's writer lock.
-    pub fn set_tail(&self, chunk: u16, offset: u32) {
+    pub fn set_tail(&self, chunk: u16, offset: u32) -> Result<()> {
+        let mut bytes = [0u8; 6];
+        bytes[..2].copy_from_slice(&chunk.to_le_bytes());
+        bytes[2..].copy_from_slice(&offset.to_le_bytes());
+        self.announce_write(TAIL_CHUNK_OFFSET, &bytes)?;
         // SAFETY: both fields are in bounds and naturally aligned; only the
         // writer-lock holder writes them.
         unsafe {
             std::ptr::write_volatile(self.ptr().add(TAIL_CHUNK_OFFSET).cast::<u16>(), chunk);
             std::ptr::write_volatile(self.ptr().add(TAIL_OFFSET_OFFSET).cast::<u32>(), offset);
         }
+        Ok(())
     }
 
     /// Table entry `index`, which must be below `MAX_RECORDS`.
@@ -156,35 +182,37 @@ impl MetaFile {
 
     /// Writes table entry `index`. Callers guarantee no reader can see the
     /// slot: it is at or past the published length, or they hold `&mut Store`.
-    pub fn set_entry(&self, index: usize, loc: RecordLoc) {
+    pub fn set_entry(&self, index: usize, loc: RecordLoc) -> Result<()> {
         assert!(index < MAX_RECORDS);
-        // SAFETY: in bounds (checked) and aligned, as in `entry`.
-        unsafe {
-            std::ptr::write(
-                self.ptr()
-                    .add(TABLE_OFFSET + index * ENTRY_LEN)
-                    .cast::<RecordLoc>(),
-                loc,
-            )
+        let offset = TABLE_OFFSET + index * ENTRY_LEN;
+        if self.hook.is_some() {
+            self.announce_write(offset, &loc.to_bytes())?;
         }
+        // SAFETY: in bounds (checked) and aligned, as in `entry`.
+        unsafe { std::ptr::write(self.ptr().add(offset).cast::<RecordLoc>(), loc) };
+        Ok(())
     }
 
     /// Flushes the table entries `first..first + count` to the file.
     pub fn flush_entries(&self, first: usize, count: usize) -> Result<()> {
-        self.map
-            .flush_range(TABLE_OFFSET + first * ENTRY_LEN, count * ENTRY_LEN)
-            .map_err(io_error(&self.path))
+        self.flush_range(TABLE_OFFSET + first * ENTRY_LEN, count * ENTRY_LEN)
     }
 
     /// Flushes the header to the file.
     pub fn flush_header(&self) -> Result<()> {
+        self.flush_range(0, HEADER_LEN)
+    }
+
+    fn flush_range(&self, offset: usize, len: usize) -> Result<()> {
+        self.announce_sync(offset, len)?;
         self.map
-            .flush_range(0, HEADER_LEN)
+            .flush_range(offset, len)
             .map_err(io_error(&self.path))
     }
 
     /// Flushes every dirty page of the mapping and the file's metadata.
     pub fn sync(&self) -> Result<()> {
+        self.announce_sync(0, META_FILE_LEN)?;
         self.map.flush().map_err(io_error(&self.path))?;
         self.file.sync_all().map_err(io_error(&self.path))
     }

@@ -44,6 +44,31 @@ impl RecordLoc {
         ((self.chunk_id as u64) << 32) | self.offset as u64
     }
 
+    /// The entry's 16 bytes as they lie in `meta.zr`.
+    pub fn to_bytes(&self) -> [u8; ENTRY_LEN] {
+        let mut b = [0u8; ENTRY_LEN];
+        b[ENTRY_OFFSET_OFFSET..][..4].copy_from_slice(&self.offset.to_le_bytes());
+        b[ENTRY_PHYS_LENGTH_OFFSET..][..4].copy_from_slice(&self.phys_length.to_le_bytes());
+        b[ENTRY_LOGIC_LENGTH_OFFSET..][..4].copy_from_slice(&self.logic_length.to_le_bytes());
+        b[ENTRY_CHUNK_ID_OFFSET..][..2].copy_from_slice(&self.chunk_id.to_le_bytes());
+        b[ENTRY_CODEC_OFFSET] = self.codec.0;
+        b[ENTRY_RESERVED_OFFSET] = self.reserved;
+        b
+    }
+
+    /// Reads an entry from its 16 bytes.
+    pub fn from_bytes(b: &[u8; ENTRY_LEN]) -> RecordLoc {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        RecordLoc {
+            offset: u32_at(ENTRY_OFFSET_OFFSET),
+            phys_length: u32_at(ENTRY_PHYS_LENGTH_OFFSET),
+            logic_length: u32_at(ENTRY_LOGIC_LENGTH_OFFSET),
+            chunk_id: u16::from_le_bytes([b[ENTRY_CHUNK_ID_OFFSET], b[ENTRY_CHUNK_ID_OFFSET + 1]]),
+            codec: CodecTag(b[ENTRY_CODEC_OFFSET]),
+            reserved: b[ENTRY_RESERVED_OFFSET],
+        }
+    }
+
     /// One past the last stored byte, within the chunk.
     pub fn end(&self) -> u64 {
         self.offset as u64 + self.phys_length as u64

@@ -1,16 +1,17 @@
 //! The store: opening a directory, and the small read-only queries.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::chunk_file::ChunkFiles;
 use crate::error::{Error, Result};
+use crate::io_hook::IoHook;
 use crate::limits::CHUNK_CAPACITY;
 use crate::meta_file::MetaFile;
 use crate::record_table::RecordLoc;
 
 /// How to open a store.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct StoreOptions {
     /// Create the directory and an empty store when `meta.zr` is missing.
     pub create: bool,
@@ -19,6 +20,9 @@ pub struct StoreOptions {
     /// tests can exercise rollover without writing gigabytes. It only steers
     /// where new records go: any store opens with any value.
     pub chunk_capacity: u64,
+    /// Observer of every file operation, for crash and fault testing; see
+    /// [`IoHook`].
+    pub io_hook: Option<Arc<dyn IoHook>>,
 }
 
 impl Default for StoreOptions {
@@ -26,7 +30,18 @@ impl Default for StoreOptions {
         StoreOptions {
             create: true,
             chunk_capacity: CHUNK_CAPACITY,
+            io_hook: None,
         }
+    }
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("create", &self.create)
+            .field("chunk_capacity", &self.chunk_capacity)
+            .field("io_hook", &self.io_hook.is_some())
+            .finish()
     }
 }
 
@@ -73,7 +88,7 @@ impl Store {
                 path: dir,
             });
         }
-        let meta = MetaFile::open(&dir, options.create)?;
+        let meta = MetaFile::open(&dir, options.create, options.io_hook.clone())?;
         crate::lock::share(meta.file(), meta.path())?;
         {
             // Finishing an interrupted delete rewrites the table: only when
@@ -83,7 +98,7 @@ impl Store {
             }
         }
         Ok(Store {
-            chunks: ChunkFiles::new(&dir),
+            chunks: ChunkFiles::new(&dir, options.io_hook.clone()),
             meta,
             writer: Mutex::new(()),
             // The tail offset is a u32, so a record may end at 2^32 - 1 at most.
