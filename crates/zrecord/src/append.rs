@@ -6,8 +6,8 @@
 //!    durable, fdatasync them.
 //! 4. Write the table entries past the published length (readers cannot see
 //!    them yet), then, when durable, msync them.
-//! 5. Move the tail and publish the new length with one release store; when
-//!    durable, msync the header.
+//! 5. Move the tail (when durable, msync it), then publish the new length
+//!    with one release store (when durable, msync it).
 //!
 //! A crash before step 5 leaves the old length, so the store holds exactly the
 //! records of earlier commits; the bytes and entries written for this one lie
@@ -331,6 +331,12 @@ impl Store {
             self.meta.flush_entries(first as usize, n)?;
         }
         self.meta.set_tail(chunk, offset as u32)?;
+        if options.durable {
+            // The tail must be durable before the length that makes the new
+            // records live, or an append after a power loss could overwrite
+            // them.
+            self.meta.flush_header()?;
+        }
         self.meta.publish_length(first + n as u32)?;
         if options.durable {
             self.meta.flush_header()?;

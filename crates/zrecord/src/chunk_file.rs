@@ -165,7 +165,20 @@ impl ChunkFiles {
         if let Some(chunk) = slot.get() {
             return Ok(chunk);
         }
-        let chunk = ChunkFile::open(id, self.path_of(id), create, self.hook.clone())?;
+        let path = self.path_of(id);
+        let is_new = create && !path.exists();
+        if is_new {
+            announce(&self.hook, &path, IoEvent::ChunkCreate { chunk: id })?;
+        }
+        let chunk = ChunkFile::open(id, path, create, self.hook.clone())?;
+        if is_new {
+            // A new file's directory entry is durable only once the directory
+            // is synced; the records it will hold depend on it.
+            announce(&self.hook, &self.dir, IoEvent::DirSync)?;
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_error(&self.dir))?;
+        }
         Ok(slot.get_or_init(|| chunk))
     }
 

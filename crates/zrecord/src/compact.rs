@@ -139,6 +139,7 @@ impl Store {
         let tail = self.meta.header();
         if address(park) > address((tail.tail_chunk, tail.tail_offset as u64)) {
             self.meta.set_tail(park.0, park.1 as u32)?;
+            self.meta.flush_header()?;
         }
         self.sync_chunks(&mut written)?;
         for (m, &at) in group.iter().zip(&parked) {

@@ -16,6 +16,8 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum IoEvent<'a> {
+    /// Creation of the empty chunk file `chunk`.
+    ChunkCreate { chunk: u16 },
     /// `pwrite` of `bytes` at `offset` of chunk file `chunk`.
     ChunkWrite {
         chunk: u16,
