@@ -240,6 +240,14 @@ fn materialize(disk: &Disk, dir: &Path) {
     }
 }
 
+/// One operation of the run: its first event and the records before and
+/// after it.
+struct Operation {
+    start: usize,
+    before: Vec<Vec<u8>>,
+    after: Vec<Vec<u8>>,
+}
+
 fn batch(rng: &mut Rng, n: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
@@ -278,8 +286,7 @@ fn every_power_loss_leaves_a_store_from_just_before_or_after_the_operation() {
     let mut store = Store::open_with(&path, &options).unwrap();
     let mut rng = Rng(99);
     let mut model: Vec<Vec<u8>> = Vec::new();
-    // (first event of the operation, model before, model after)
-    let mut ops: Vec<(usize, Vec<Vec<u8>>, Vec<Vec<u8>>)> = Vec::new();
+    let mut ops: Vec<Operation> = Vec::new();
     let events = |r: &Recorder| r.snapshots.lock().unwrap().len();
     for step in 0..7 {
         let start = events(&recorder);
@@ -310,7 +317,11 @@ fn every_power_loss_leaves_a_store_from_just_before_or_after_the_operation() {
                 model.extend(recs);
             }
         }
-        ops.push((start, before, model.clone()));
+        ops.push(Operation {
+            start,
+            before,
+            after: model.clone(),
+        });
     }
     drop(store);
     let total = events(&recorder);
@@ -319,8 +330,12 @@ fn every_power_loss_leaves_a_store_from_just_before_or_after_the_operation() {
     let mut images = 0;
     for (k, medium) in snapshots.iter().enumerate() {
         // The operation in flight when power fails before event k.
-        let op = ops.iter().rposition(|o| o.0 <= k).unwrap();
-        let (start, before, after) = &ops[op];
+        let op = ops.iter().rposition(|o| o.start <= k).unwrap();
+        let Operation {
+            start,
+            before,
+            after,
+        } = &ops[op];
         for (v, disk) in medium
             .crash_images(&mut Rng(k as u64 + 1))
             .iter()
