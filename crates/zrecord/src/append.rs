@@ -15,6 +15,7 @@
 
 use rayon::prelude::*;
 
+use crate::checksum_file::Checksum;
 use crate::codec::{encode, encode_bound, Codec, CodecTag};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN};
@@ -106,6 +107,8 @@ struct Shard {
 
 struct Piece {
     tag: CodecTag,
+    /// CRC32C of the record's logical bytes, when the store keeps checksums.
+    crc: u32,
     /// Start of the encoded bytes in the shard's buffer; `None` when the
     /// record is stored raw straight from the caller's memory.
     in_buf: Option<usize>,
@@ -235,7 +238,7 @@ impl Store {
                 self.chunk_limit
             )));
         }
-        let shards = encode_batch(batch, options.codec);
+        let shards = encode_batch(batch, options.codec, self.checksums.is_some());
         let origin_bytes = |origin: Origin| -> &[u8] {
             match origin {
                 Origin::Source(i) => batch.source(i),
@@ -324,11 +327,18 @@ impl Store {
             }
         }
 
-        for (k, loc) in locs.into_iter().enumerate() {
+        let crcs = shards.iter().flat_map(|s| s.pieces.iter().map(|p| p.crc));
+        for (k, (loc, crc)) in locs.into_iter().zip(crcs).enumerate() {
             self.meta.set_entry(first as usize + k, loc)?;
+            if let Some(checksums) = &self.checksums {
+                checksums.set(first as usize + k, Checksum::new(crc, &loc))?;
+            }
         }
         if options.durable {
             self.meta.flush_entries(first as usize, n)?;
+            if let Some(checksums) = &self.checksums {
+                checksums.flush(first as usize, n)?;
+            }
         }
         self.meta.set_tail(chunk, offset as u32)?;
         if options.durable {
@@ -345,28 +355,47 @@ impl Store {
     }
 }
 
-/// Encodes the batch in contiguous shards, one per worker.
-fn encode_batch(batch: Batch<'_>, codec: Codec) -> Vec<Shard> {
+/// Encodes the batch in contiguous shards, one per worker, with each
+/// record's checksum when `checksums` is set.
+fn encode_batch(batch: Batch<'_>, codec: Codec, checksums: bool) -> Vec<Shard> {
     let n = batch.count();
-    let raw_shard = || Shard {
-        first: 0,
-        buf: Vec::new(),
-        pieces: (0..n)
+    let crc = |record: &[u8]| if checksums { crc32c::crc32c(record) } else { 0 };
+    let bytes: u64 = (0..n).map(|i| batch.get(i).len() as u64).sum();
+    if codec == Codec::Raw && !checksums || n == 0 {
+        let pieces = (0..n)
             .map(|i| Piece {
                 tag: Codec::Raw.tag(),
+                crc: 0,
                 in_buf: None,
                 phys: batch.get(i).len(),
             })
-            .collect(),
-    };
-    if codec == Codec::Raw || n == 0 {
-        return vec![raw_shard()];
+            .collect();
+        return vec![Shard {
+            first: 0,
+            buf: Vec::new(),
+            pieces,
+        }];
     }
-    let bytes: u64 = (0..n).map(|i| batch.get(i).len() as u64).sum();
     let shards = shard_count(n, bytes, MIN_SHARD_BYTES);
     let per = n.div_ceil(shards);
     let encode_shard = |s: usize| {
         let range = s * per..((s + 1) * per).min(n);
+        if codec == Codec::Raw {
+            let pieces = range
+                .clone()
+                .map(|i| Piece {
+                    tag: Codec::Raw.tag(),
+                    crc: crc(batch.get(i)),
+                    in_buf: None,
+                    phys: batch.get(i).len(),
+                })
+                .collect();
+            return Shard {
+                first: range.start,
+                buf: Vec::new(),
+                pieces,
+            };
+        }
         let total: usize = range.clone().map(|i| batch.get(i).len()).sum();
         let largest = range.clone().map(|i| batch.get(i).len()).max().unwrap_or(0);
         // Every stored encoding is smaller than its record, so the cursor never
@@ -383,12 +412,14 @@ fn encode_batch(batch: Batch<'_>, codec: Codec) -> Vec<Shard> {
                         cursor += phys;
                         Piece {
                             tag: codec.tag(),
+                            crc: crc(record),
                             in_buf: Some(cursor - phys),
                             phys,
                         }
                     }
                     None => Piece {
                         tag: Codec::Raw.tag(),
+                        crc: crc(record),
                         in_buf: None,
                         phys: record.len(),
                     },

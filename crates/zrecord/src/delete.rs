@@ -20,7 +20,7 @@ impl Store {
         }
         let _sole = crate::lock::exclusive(self.meta.file(), self.meta.path())?;
         delete_journal::write(self.path(), self.meta.hook(), &plan)?;
-        delete_journal::apply(self.path(), &self.meta, &plan)
+        delete_journal::apply(self.path(), &self.meta, self.checksums.as_ref(), &plan)
     }
 
     /// Resolves a delete into the slot rewrites and the new length.
@@ -40,10 +40,10 @@ impl Store {
         for &target in &targets {
             let last = len - 1;
             if target as u32 != last {
-                let moving = rewritten
-                    .get(&last)
-                    .copied()
-                    .unwrap_or_else(|| self.meta.entry(last as usize));
+                let moving = rewritten.get(&last).copied().unwrap_or_else(|| {
+                    let checksum = self.checksums.as_ref().map(|c| c.get(last as usize));
+                    (self.meta.entry(last as usize), checksum.unwrap_or_default())
+                });
                 rewritten.insert(target as u32, moving);
             }
             len = last;
@@ -51,8 +51,9 @@ impl Store {
         let mut moves: Vec<_> = rewritten
             .into_iter()
             .filter(|&(slot, _)| slot < len)
+            .map(|(slot, (loc, checksum))| (slot, loc, checksum))
             .collect();
-        moves.sort_unstable_by_key(|&(slot, _)| slot);
+        moves.sort_unstable_by_key(|&(slot, ..)| slot);
         Ok(DeletePlan {
             old_length,
             new_length: len,
@@ -115,7 +116,7 @@ mod tests {
             let plan = store.plan_delete(&targets).unwrap();
             assert_eq!(plan.new_length, 5);
             super::delete_journal::write(&path, &None, &plan).unwrap();
-            for &(slot, loc) in plan.moves.iter().take(applied) {
+            for &(slot, loc, _) in plan.moves.iter().take(applied) {
                 store.meta.set_entry(slot as usize, loc).unwrap();
             }
             drop(store);

@@ -12,6 +12,7 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::checksum_file::{Checksum, ChecksumFile, CHECKSUM_SLOT_LEN};
 use crate::error::{io_error, Error, Result};
 use crate::io_hook::{announce, Hook, IoEvent};
 use crate::meta_file::MetaFile;
@@ -28,8 +29,8 @@ const OLD_LENGTH_OFFSET: usize = VERSION_OFFSET + 4; // u16 version, u16 reserve
 const NEW_LENGTH_OFFSET: usize = OLD_LENGTH_OFFSET + 4;
 const COUNT_OFFSET: usize = NEW_LENGTH_OFFSET + 4;
 const MOVES_OFFSET: usize = COUNT_OFFSET + 4;
-/// One move: the slot (u32) and the entry it receives.
-const MOVE_LEN: usize = 4 + ENTRY_LEN;
+/// One move: the slot (u32), the entry it receives and its checksum slot.
+const MOVE_LEN: usize = 4 + ENTRY_LEN + CHECKSUM_SLOT_LEN;
 /// The journal ends with the CRC32C of every byte before it.
 const CRC_LEN: usize = 4;
 
@@ -38,7 +39,7 @@ const CRC_LEN: usize = 4;
 pub(crate) struct DeletePlan {
     pub old_length: u32,
     pub new_length: u32,
-    pub moves: Vec<(u32, RecordLoc)>,
+    pub moves: Vec<(u32, RecordLoc, Checksum)>,
 }
 
 impl DeletePlan {
@@ -50,9 +51,10 @@ impl DeletePlan {
         b.extend_from_slice(&self.old_length.to_le_bytes());
         b.extend_from_slice(&self.new_length.to_le_bytes());
         b.extend_from_slice(&(self.moves.len() as u32).to_le_bytes());
-        for (slot, loc) in &self.moves {
+        for (slot, loc, checksum) in &self.moves {
             b.extend_from_slice(&slot.to_le_bytes());
             b.extend_from_slice(&loc.to_bytes());
+            b.extend_from_slice(&checksum.to_bytes());
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -79,8 +81,10 @@ impl DeletePlan {
         let moves = (0..count)
             .map(|k| {
                 let m = MOVES_OFFSET + k * MOVE_LEN;
-                let loc = RecordLoc::from_bytes(b[m + 4..m + MOVE_LEN].try_into().ok()?);
-                Some((u32_at(m)?, loc))
+                let e = m + 4 + ENTRY_LEN;
+                let loc = RecordLoc::from_bytes(b[m + 4..e].try_into().ok()?);
+                let checksum = Checksum::from_bytes(b[e..m + MOVE_LEN].try_into().ok()?);
+                Some((u32_at(m)?, loc, checksum))
             })
             .collect::<Option<Vec<_>>>()?;
         Some(DeletePlan {
@@ -117,11 +121,22 @@ pub(crate) fn write(dir: &Path, hook: &Hook, plan: &DeletePlan) -> Result<()> {
 }
 
 /// Applies `plan` to the table, makes it durable, and removes the journal.
-pub(crate) fn apply(dir: &Path, meta: &MetaFile, plan: &DeletePlan) -> Result<()> {
-    for &(slot, loc) in &plan.moves {
+pub(crate) fn apply(
+    dir: &Path,
+    meta: &MetaFile,
+    checksums: Option<&ChecksumFile>,
+    plan: &DeletePlan,
+) -> Result<()> {
+    for &(slot, loc, checksum) in &plan.moves {
         meta.set_entry(slot as usize, loc)?;
+        if let Some(checksums) = checksums {
+            checksums.set(slot as usize, checksum)?;
+        }
     }
     meta.publish_length(plan.new_length)?;
+    if let Some(checksums) = checksums {
+        checksums.sync()?;
+    }
     meta.sync()?;
     remove(dir, meta.hook())
 }
@@ -135,7 +150,7 @@ fn remove(dir: &Path, hook: &Hook) -> Result<()> {
 }
 
 /// Finishes a delete that a crash interrupted, if there is one.
-pub(crate) fn recover(dir: &Path, meta: &MetaFile) -> Result<()> {
+pub(crate) fn recover(dir: &Path, meta: &MetaFile, checksums: Option<&ChecksumFile>) -> Result<()> {
     let path = journal_path(dir);
     let bytes = match fs::read(&path) {
         Ok(bytes) => bytes,
@@ -156,7 +171,7 @@ pub(crate) fn recover(dir: &Path, meta: &MetaFile) -> Result<()> {
             ),
         });
     }
-    apply(dir, meta, &plan)
+    apply(dir, meta, checksums, &plan)
 }
 
 fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
@@ -169,6 +184,7 @@ fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checksum_file::Checksum;
     use crate::codec::CodecTag;
 
     fn plan() -> DeletePlan {
@@ -183,7 +199,10 @@ mod tests {
         DeletePlan {
             old_length: 10,
             new_length: 7,
-            moves: vec![(2, loc(9)), (5, loc(8))],
+            moves: vec![
+                (2, loc(9), Checksum { data: 7, entry: 9 }),
+                (5, loc(8), Checksum::default()),
+            ],
         }
     }
 

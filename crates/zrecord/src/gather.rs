@@ -181,9 +181,22 @@ impl Store {
     }
 
     /// Decodes record `index`, stored at `loc`, into `slot` (exactly its
-    /// logical length). Every way the entry can disagree with the chunk files
-    /// is a `CorruptRecord` error, never a wrong byte or an unchecked read.
+    /// logical length), checking its checksum when gathers verify.
     pub(crate) fn decode_into(&self, index: u64, loc: RecordLoc, slot: &mut [u8]) -> Result<()> {
+        self.decode_checked(index, loc, slot, self.verify_reads)
+    }
+
+    /// Decodes as [`Store::decode_into`] does, checking the checksum (if the
+    /// store keeps them) when `verify` is set. Every way the entry can
+    /// disagree with the files is a `CorruptRecord` error, never a wrong byte
+    /// or an unchecked read.
+    pub(crate) fn decode_checked(
+        &self,
+        index: u64,
+        loc: RecordLoc,
+        slot: &mut [u8],
+        verify: bool,
+    ) -> Result<()> {
         let corrupt = |reason: String| Error::CorruptRecord {
             path: self.path().to_path_buf(),
             index,
@@ -211,6 +224,13 @@ impl Store {
                 chunk.path().display()
             ))
         })?;
-        decode(loc.codec, stored, slot).map_err(corrupt)
+        decode(loc.codec, stored, slot).map_err(&corrupt)?;
+        match &self.checksums {
+            Some(checksums) if verify => match checksums.get(index as usize).mismatch(&loc, slot) {
+                Some(reason) => Err(corrupt(reason)),
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
     }
 }

@@ -34,6 +34,10 @@ pub enum IoEvent<'a> {
     MetaWrite { offset: usize, bytes: &'a [u8] },
     /// `msync` of `len` bytes of `meta.zr` from `offset`.
     MetaSync { offset: usize, len: usize },
+    /// A store into the mapping of `checksums.zr`.
+    ChecksumWrite { offset: usize, bytes: &'a [u8] },
+    /// `msync` of `len` bytes of `checksums.zr` from `offset`.
+    ChecksumSync { offset: usize, len: usize },
     /// Creation (or replacement) of the small file `name` with `bytes`.
     FileWrite { name: &'a str, bytes: &'a [u8] },
     /// `fsync` of the small file `name`.

@@ -25,6 +25,7 @@
 compile_error!("zrecord maps its files in place and needs a 64-bit little-endian target");
 
 mod append;
+mod checksum_file;
 mod chunk_file;
 mod codec;
 mod compact;
@@ -41,8 +42,10 @@ mod record_table;
 mod stats;
 mod store;
 mod thread_pool;
+mod verify;
 
 pub use append::AppendOptions;
+pub use checksum_file::{Checksum, CHECKSUM_FILE_NAME};
 pub use chunk_file::chunk_file_name;
 pub use codec::{Codec, CodecTag};
 pub use compact::CompactReport;
@@ -55,3 +58,4 @@ pub use meta_file::META_FILE_NAME;
 pub use record_table::{RecordLoc, ENTRY_LEN, META_FILE_LEN, TABLE_OFFSET};
 pub use stats::Stats;
 pub use store::{Store, StoreOptions};
+pub use verify::{BadRecord, VerifyReport};

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::checksum_file::{Checksum, ChecksumFile};
 use crate::chunk_file::ChunkFiles;
 use crate::error::{Error, Result};
 use crate::io_hook::IoHook;
@@ -20,6 +21,11 @@ pub struct StoreOptions {
     /// tests can exercise rollover without writing gigabytes. It only steers
     /// where new records go: any store opens with any value.
     pub chunk_capacity: u64,
+    /// Keep and check per-record CRC32C checksums in `checksums.zr`. When the
+    /// store has no such file yet it is created, with checksums of the
+    /// records already there; every gather then verifies what it decodes.
+    /// A store that has the file keeps it current whatever this says.
+    pub checksums: bool,
     /// Observer of every file operation, for crash and fault testing; see
     /// [`IoHook`].
     pub io_hook: Option<Arc<dyn IoHook>>,
@@ -30,6 +36,7 @@ impl Default for StoreOptions {
         StoreOptions {
             create: true,
             chunk_capacity: CHUNK_CAPACITY,
+            checksums: false,
             io_hook: None,
         }
     }
@@ -40,6 +47,7 @@ impl std::fmt::Debug for StoreOptions {
         f.debug_struct("StoreOptions")
             .field("create", &self.create)
             .field("chunk_capacity", &self.chunk_capacity)
+            .field("checksums", &self.checksums)
             .field("io_hook", &self.io_hook.is_some())
             .finish()
     }
@@ -54,6 +62,9 @@ impl std::fmt::Debug for StoreOptions {
 pub struct Store {
     pub(crate) meta: MetaFile,
     pub(crate) chunks: ChunkFiles,
+    pub(crate) checksums: Option<ChecksumFile>,
+    /// Whether gathers check records against their checksums.
+    pub(crate) verify_reads: bool,
     /// Serialises appends from the moment they pick positions until their
     /// length is published.
     pub(crate) writer: Mutex<()>,
@@ -90,22 +101,46 @@ impl Store {
         }
         let meta = MetaFile::open(&dir, options.create, options.io_hook.clone())?;
         crate::lock::share(meta.file(), meta.path())?;
+        let checksums = ChecksumFile::open(&dir, options.io_hook.clone())?;
         {
             // Finishing an interrupted delete rewrites the table: only when
             // nobody else has the store open (else they finish it).
             if let Ok(_sole) = crate::lock::exclusive(meta.file(), meta.path()) {
-                crate::delete_journal::recover(&dir, &meta)?;
+                crate::delete_journal::recover(&dir, &meta, checksums.as_ref())?;
             }
         }
-        Ok(Store {
+        let mut store = Store {
             chunks: ChunkFiles::new(&dir, options.io_hook.clone()),
+            verify_reads: options.checksums,
+            checksums,
             meta,
             writer: Mutex::new(()),
-            // The tail offset is a u32, so a record may end at 2^32 - 1 at most.
             chunk_capacity: options.chunk_capacity,
+            // The tail offset is a u32, so a record may end at 2^32 - 1 at most.
             chunk_limit: options.chunk_capacity.min(u32::MAX as u64),
             dir,
-        })
+        };
+        if options.checksums && store.checksums.is_none() {
+            store.start_checksums(options.io_hook.clone())?;
+        }
+        Ok(store)
+    }
+
+    /// Creates `checksums.zr` for a store that has none, from the records'
+    /// current bytes (which are thereby trusted as they are).
+    fn start_checksums(&mut self, hook: crate::io_hook::Hook) -> Result<()> {
+        let _sole = crate::lock::exclusive(self.meta.file(), self.meta.path())?;
+        let mut scratch = Vec::new();
+        let existing = (0..self.len())
+            .map(|i| {
+                let loc = self.meta.entry(i);
+                scratch.resize(loc.logic_length as usize, 0);
+                self.decode_into(i as u64, loc, &mut scratch)?;
+                Ok(Checksum::new(crc32c::crc32c(&scratch), &loc))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.checksums = Some(ChecksumFile::create(self.path(), hook, &existing)?);
+        Ok(())
     }
 
     /// The store's directory.
@@ -163,6 +198,9 @@ impl Store {
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         for chunk in self.chunks.opened() {
             chunk.sync_data()?;
+        }
+        if let Some(checksums) = &self.checksums {
+            checksums.sync()?;
         }
         self.meta.sync()
     }

@@ -4,7 +4,8 @@
 //! could leave are rebuilt — everything synced, plus any subset of what was
 //! not, plus a torn write — and opened. Each must be a valid store holding
 //! the records from just before or just after the operation in flight, and
-//! must take further appends without damage.
+//! must take further appends without damage. The store keeps checksums, so
+//! every record read back is also checked against its checksum.
 
 mod common;
 
@@ -20,6 +21,9 @@ use zrecord::{AppendOptions, Codec, IoEvent, IoHook, Store, StoreOptions, META_F
 const META: &str = "meta.zr";
 /// The part of meta.zr this test's stores use: the header and 64 entries.
 const META_USED: usize = 16 + 64 * 16;
+const SUMS: &str = "checksums.zr";
+const SUMS_USED: usize = 16 + 64 * 8;
+const SUMS_FILE_LEN: u64 = 16 + (1 << 24) * 8;
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
 
@@ -125,24 +129,13 @@ impl Medium {
             }),
             IoEvent::ChunkRemove { chunk: c } => self.pending.push(Pending::Remove(chunk(c))),
             IoEvent::MetaWrite { offset, bytes } => {
-                assert!(offset + bytes.len() <= META_USED, "test stores stay small");
-                self.pending.push(Pending::Write {
-                    file: META.into(),
-                    offset: *offset,
-                    bytes: bytes.to_vec(),
-                })
+                self.mapped_write(META, META_USED, *offset, bytes)
             }
-            IoEvent::MetaSync { offset, len } => {
-                let (lo, hi) = (offset / PAGE * PAGE, (offset + len).div_ceil(PAGE) * PAGE);
-                self.settle(|p| match p {
-                    Pending::Write {
-                        file,
-                        offset,
-                        bytes,
-                    } => file == META && *offset < hi && offset + bytes.len() > lo,
-                    _ => false,
-                });
+            IoEvent::MetaSync { offset, len } => self.mapped_sync(META, *offset, *len),
+            IoEvent::ChecksumWrite { offset, bytes } => {
+                self.mapped_write(SUMS, SUMS_USED, *offset, bytes)
             }
+            IoEvent::ChecksumSync { offset, len } => self.mapped_sync(SUMS, *offset, *len),
             IoEvent::FileWrite { name, bytes } => {
                 self.pending.push(Pending::Create(name.to_string()));
                 self.pending.push(Pending::Truncate {
@@ -164,6 +157,28 @@ impl Medium {
             }
             other => panic!("the simulation does not model {other:?}"),
         }
+    }
+
+    fn mapped_write(&mut self, file: &str, used: usize, offset: usize, bytes: &[u8]) {
+        assert!(offset + bytes.len() <= used, "test stores stay small");
+        self.pending.push(Pending::Write {
+            file: file.into(),
+            offset,
+            bytes: bytes.to_vec(),
+        })
+    }
+
+    /// `msync` makes the pages it covers durable, whichever writes they hold.
+    fn mapped_sync(&mut self, name: &str, offset: usize, len: usize) {
+        let (lo, hi) = (offset / PAGE * PAGE, (offset + len).div_ceil(PAGE) * PAGE);
+        self.settle(|p| match p {
+            Pending::Write {
+                file,
+                offset,
+                bytes,
+            } => file == name && *offset < hi && offset + bytes.len() > lo,
+            _ => false,
+        });
     }
 
     /// Candidate disks after a power loss now: the durable state plus
@@ -236,6 +251,9 @@ fn materialize(disk: &Disk, dir: &Path) {
         if name == META {
             f.set_len(META_FILE_LEN as u64).unwrap();
         }
+        if name == SUMS {
+            f.set_len(SUMS_FILE_LEN).unwrap();
+        }
         f.write_all_at(bytes, 0).unwrap();
     }
 }
@@ -265,11 +283,17 @@ fn batch(rng: &mut Rng, n: usize) -> Vec<Vec<u8>> {
 fn every_power_loss_leaves_a_store_from_just_before_or_after_the_operation() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.zr");
-    drop(Store::open(&path).unwrap());
+    let checked = StoreOptions {
+        checksums: true,
+        ..StoreOptions::default()
+    };
+    drop(Store::open_with(&path, &checked).unwrap());
     let mut base = Disk::default();
-    let meta = std::fs::read(path.join(META)).unwrap();
-    base.data.insert(META.into(), meta[..META_USED].to_vec());
-    base.names.insert(META.into());
+    for (name, used) in [(META, META_USED), (SUMS, SUMS_USED)] {
+        let bytes = std::fs::read(path.join(name)).unwrap();
+        base.data.insert(name.into(), bytes[..used].to_vec());
+        base.names.insert(name.into());
+    }
 
     let recorder = Arc::new(Recorder {
         medium: Mutex::new(Medium {
@@ -280,6 +304,7 @@ fn every_power_loss_leaves_a_store_from_just_before_or_after_the_operation() {
     });
     let options = StoreOptions {
         chunk_capacity: 6000,
+        checksums: true,
         io_hook: Some(recorder.clone()),
         ..StoreOptions::default()
     };
@@ -343,7 +368,8 @@ fn every_power_loss_leaves_a_store_from_just_before_or_after_the_operation() {
         {
             let at = dir.path().join(format!("crash-{k}-{v}"));
             materialize(disk, &at);
-            let store = Store::open(&at).unwrap_or_else(|e| {
+            // Opened with checksums on, so every read below is verified too.
+            let store = Store::open_with(&at, &checked).unwrap_or_else(|e| {
                 panic!("event {k}/{total} variant {v}: store does not open: {e}")
             });
             let got = read_all(&store);
