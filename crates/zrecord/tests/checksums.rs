@@ -145,7 +145,7 @@ fn an_entry_rewritten_behind_the_sidecar_is_not_trusted() {
     // Records 0 (raw, 900 bytes) and 1 (compressed, 2010 bytes) differ in
     // size, so their checksum slots describe different records.
     let mut e = [0u8; 16];
-    meta.read_exact_at(&mut e, 16 + 16 * 1).unwrap();
+    meta.read_exact_at(&mut e, 16 + 16).unwrap();
     meta.write_all_at(&e, 16 + 16 * 5).unwrap();
     let store = Store::open_with(&path, &checked()).unwrap();
     let mut dst = vec![0; 3000];
