@@ -1,5 +1,5 @@
-//! Append and gather throughput, raw and flate, next to a plain in-memory
-//! copy of the same bytes (the physical reference for a gather).
+//! Append (plain and durable) and gather throughput for every codec, next
+//! to a plain in-memory copy of the same bytes (the physical reference).
 //!
 //! `cargo bench -p zrecord --bench throughput`
 
@@ -55,16 +55,18 @@ fn bench(c: &mut Criterion) {
         let mut sink = vec![0u8; src.len()];
         b.iter(|| sink.copy_from_slice(std::hint::black_box(src)))
     });
-    for codec in [Codec::Raw, Codec::Flate, Codec::Lz4, Codec::Zstd] {
-        let options = AppendOptions {
-            codec,
-            durable: false,
-        };
-        append.bench_function(BenchmarkId::from_parameter(codec.name()), |b| {
+    let plain = [Codec::Raw, Codec::Flate, Codec::Lz4, Codec::Zstd].map(|c| (c, false));
+    for (codec, durable) in plain
+        .into_iter()
+        .chain([(Codec::Raw, true), (Codec::Flate, true)])
+    {
+        let options = AppendOptions { codec, durable };
+        let name = format!("{}{}", codec.name(), if durable { "-durable" } else { "" });
+        append.bench_function(BenchmarkId::from_parameter(&name), |b| {
             // A fresh store per sample keeps the files from growing without bound.
             b.iter_batched(
                 || {
-                    let path = dir.path().join(format!("append-{}", codec.name()));
+                    let path = dir.path().join(format!("append-{name}"));
                     let _ = std::fs::remove_dir_all(&path);
                     Store::open(&path).unwrap()
                 },
