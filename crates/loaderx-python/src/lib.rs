@@ -1,0 +1,34 @@
+//! `loaderx._native`: the Python bindings of loaderx.
+//!
+//! Thin by design: argument checking (`convert`), GIL release and error
+//! conversion (`error`) around the engine crates zrecord, zsampler and
+//! zloader, which know nothing of Python. One file per Python class.
+
+mod convert;
+mod error;
+mod loader;
+mod sampler;
+mod zrecord;
+
+/// Native core of loaderx: the Zrecord store, the Sampler and the Loader
+/// behind DataLoader.
+#[pyo3::pymodule]
+mod _native {
+    use pyo3::prelude::*;
+
+    #[pymodule_export]
+    use crate::error::ZrecordError;
+    #[pymodule_export]
+    use crate::loader::Loader;
+    #[pymodule_export]
+    use crate::sampler::Sampler;
+    #[pymodule_export]
+    use crate::zrecord::Zrecord;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("MAX_RECORD_LEN", ::zrecord::MAX_RECORD_LEN)?;
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        Ok(())
+    }
+}

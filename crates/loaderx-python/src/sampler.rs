@@ -1,0 +1,164 @@
+//! The `Sampler` class and its `Sampler.Mode` enum, over the zsampler crate.
+
+use numpy::PyArray1;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+use zsampler::Mode;
+
+use crate::error;
+
+/// Largest batch: a store never holds more records than this, and the limit
+/// keeps a mistyped batch size from asking for terabytes of indices.
+const MAX_BATCH_SIZE: usize = zrecord::MAX_RECORDS;
+
+/// How a Sampler maps steps to indices: SEQUENTIAL (0) a sliding window over
+/// the circular index space, IID (1) independent uniform draws with
+/// replacement, SHUFFLE (2) a fresh permutation every epoch, without
+/// replacement. Compares equal to its integer value.
+#[pyclass(module = "loaderx._native", name = "Mode", eq, eq_int, frozen)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum PyMode {
+    SEQUENTIAL = 0,
+    IID = 1,
+    SHUFFLE = 2,
+}
+
+impl From<PyMode> for Mode {
+    fn from(m: PyMode) -> Mode {
+        match m {
+            PyMode::SEQUENTIAL => Mode::Sequential,
+            PyMode::IID => Mode::Iid,
+            PyMode::SHUFFLE => Mode::Shuffle,
+        }
+    }
+}
+
+impl From<Mode> for PyMode {
+    fn from(m: Mode) -> PyMode {
+        match m {
+            Mode::Sequential => PyMode::SEQUENTIAL,
+            Mode::Iid => PyMode::IID,
+            Mode::Shuffle => PyMode::SHUFFLE,
+        }
+    }
+}
+
+/// A mode given as `Sampler.Mode` or as its integer value.
+pub(crate) fn mode_arg(obj: &Bound<'_, PyAny>) -> PyResult<Mode> {
+    if let Ok(mode) = obj.cast::<PyMode>() {
+        return Ok((*mode.get()).into());
+    }
+    let bad = || {
+        PyValueError::new_err(format!(
+            "mode must be Sampler.Mode.SEQUENTIAL (0), IID (1) or SHUFFLE (2), not {obj}"
+        ))
+    };
+    let value: u32 = obj.extract().map_err(|_| bad())?;
+    Mode::from_u32(value).ok_or_else(bad)
+}
+
+/// An endless, step-based index generator over 0..length.
+///
+/// Iterating yields one uint64 array of `batch_size` indices per step,
+/// forever. The batch of a step is a pure function of (length, batch_size,
+/// mode, seed, step), so `batch(step)` gives any step directly and
+/// `seek(step)` resumes a run exactly.
+#[pyclass(module = "loaderx._native", name = "Sampler")]
+pub struct Sampler {
+    pub(crate) inner: zsampler::Sampler,
+}
+
+#[pymethods]
+impl Sampler {
+    #[new]
+    #[pyo3(signature = (length, batch_size, mode, seed = 42))]
+    fn new(length: u64, batch_size: usize, mode: &Bound<'_, PyAny>, seed: u64) -> PyResult<Self> {
+        if batch_size > MAX_BATCH_SIZE {
+            return Err(PyValueError::new_err(format!(
+                "batch_size {batch_size} is over the limit of {MAX_BATCH_SIZE} \
+                 (the most records a store can hold)"
+            )));
+        }
+        let inner = zsampler::Sampler::new(length, batch_size, mode_arg(mode)?, seed)
+            .map_err(error::sampler)?;
+        Ok(Sampler { inner })
+    }
+
+    /// The sampling modes.
+    #[classattr]
+    #[pyo3(name = "Mode")]
+    fn mode_class(py: Python<'_>) -> Bound<'_, PyType> {
+        py.get_type::<PyMode>()
+    }
+
+    /// Size of the index space.
+    #[getter]
+    fn length(&self) -> u64 {
+        self.inner.length()
+    }
+
+    /// Indices per batch.
+    #[getter]
+    fn batch_size(&self) -> usize {
+        self.inner.batch_size()
+    }
+
+    /// The sampling mode.
+    #[getter]
+    fn mode(&self) -> PyMode {
+        self.inner.mode().into()
+    }
+
+    /// The seed (unused by SEQUENTIAL).
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.inner.seed()
+    }
+
+    /// The step the next iteration produces.
+    #[getter]
+    fn step(&self) -> u64 {
+        self.inner.step()
+    }
+
+    /// The batch of `step`, without moving the iterator.
+    fn batch<'py>(&self, py: Python<'py>, step: u64) -> Bound<'py, PyArray1<u64>> {
+        PyArray1::from_vec(py, self.inner.batch(step))
+    }
+
+    /// Moves the iterator so that the next batch is that of `step`.
+    fn seek(&mut self, step: u64) {
+        self.inner.seek(step);
+    }
+
+    /// The batch of the current step, then advances (as loaderx 0.5.0's
+    /// `Sampler.next()`; iterating does the same).
+    fn next<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyArray1<u64>> {
+        PyArray1::from_vec(py, self.inner.next_batch())
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyArray1<u64>> {
+        PyArray1::from_vec(py, self.inner.next_batch())
+    }
+
+    fn __repr__(&self) -> String {
+        let mode = match self.inner.mode() {
+            Mode::Sequential => "SEQUENTIAL",
+            Mode::Iid => "IID",
+            Mode::Shuffle => "SHUFFLE",
+        };
+        format!(
+            "Sampler(length={}, batch_size={}, mode=Sampler.Mode.{mode}, seed={}, step={})",
+            self.inner.length(),
+            self.inner.batch_size(),
+            self.inner.seed(),
+            self.inner.step()
+        )
+    }
+}

@@ -1,0 +1,330 @@
+//! The `Zrecord` class: a raw byte-record store.
+//!
+//! The store sits in a slot that is only ever locked briefly, while the GIL
+//! is held: shared calls (gather, append, …) clone the `Arc` out of it and
+//! run on the clone with the GIL released; `delete` and `compact` need the
+//! only reference, take it out of the slot for the duration (marking the
+//! slot busy) and fail with `ZrecordError(-10)` when anyone else — a gather
+//! in another thread, a `DataLoader` — holds the store.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use numpy::PyArray1;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use zrecord::{AppendOptions, Codec, Store, StoreOptions};
+
+use crate::convert::{u32s, u64s, Dst, Src};
+use crate::error;
+
+enum Slot {
+    Open(Arc<Store>),
+    /// A delete or compact holds the store.
+    Busy,
+    Closed,
+}
+
+/// A persistent store of byte records (the Zrecord engine).
+///
+/// Opens the store in the directory `path`, creating it when missing (unless
+/// `create=False`). `codec` ('raw', 'flate', 'lz4' or 'zstd') is what
+/// `append` uses when it is not given one. Records are plain bytes: gather
+/// them into any writable C-contiguous numpy array.
+///
+/// Indices are anything numpy turns into a 1-D integer array; a negative
+/// index raises IndexError, one past the end ZrecordError (code -3). Using
+/// a closed store raises ValueError.
+#[pyclass(module = "loaderx._native", name = "Zrecord", frozen)]
+pub struct Zrecord {
+    slot: Mutex<Slot>,
+    path: String,
+    codec: Codec,
+}
+
+pub(crate) fn codec_arg(name: &str) -> PyResult<Codec> {
+    Codec::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown codec {name:?}: expected one of 'raw', 'flate', 'lz4', 'zstd'"
+        ))
+    })
+}
+
+impl Zrecord {
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A shared handle on the open store, for a call that runs without the
+    /// GIL or for a loader.
+    pub(crate) fn shared(&self) -> PyResult<Arc<Store>> {
+        match &*self.lock() {
+            Slot::Open(store) => Ok(store.clone()),
+            Slot::Busy => Err(error::busy(&self.path, "this call")),
+            Slot::Closed => Err(error::closed(&self.path)),
+        }
+    }
+
+    /// Runs `f` on the only reference to the store, with the GIL released.
+    fn exclusive<R: Send>(
+        &self,
+        py: Python<'_>,
+        what: &str,
+        f: impl FnOnce(&mut Store) -> zrecord::Result<R> + Send,
+    ) -> PyResult<R> {
+        let store = {
+            let mut slot = self.lock();
+            match std::mem::replace(&mut *slot, Slot::Busy) {
+                Slot::Open(store) if Arc::strong_count(&store) == 1 => store,
+                other => {
+                    let err = match &other {
+                        Slot::Closed => error::closed(&self.path),
+                        _ => error::busy(&self.path, what),
+                    };
+                    *slot = other;
+                    return Err(err);
+                }
+            }
+        };
+        // Put the store back however `f` ends, panics included.
+        struct Restore<'a>(&'a Zrecord, Option<Arc<Store>>);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                if let Some(store) = self.1.take() {
+                    *self.0.lock() = Slot::Open(store);
+                }
+            }
+        }
+        let mut guard = Restore(self, Some(store));
+        let inner = guard.1.as_mut().and_then(Arc::get_mut);
+        let inner = inner.expect("the slot held the only reference");
+        let result = py.detach(|| f(inner));
+        drop(guard);
+        result.map_err(error::engine)
+    }
+
+    fn append_options(&self, codec: Option<&str>, durable: bool) -> PyResult<AppendOptions> {
+        Ok(AppendOptions {
+            codec: match codec {
+                Some(name) => codec_arg(name)?,
+                None => self.codec,
+            },
+            durable,
+        })
+    }
+}
+
+#[pymethods]
+impl Zrecord {
+    #[new]
+    #[pyo3(signature = (path, codec = "flate", *, create = true))]
+    fn new(py: Python<'_>, path: PathBuf, codec: &str, create: bool) -> PyResult<Self> {
+        let codec = codec_arg(codec)?;
+        let options = StoreOptions {
+            create,
+            ..StoreOptions::default()
+        };
+        let store = py
+            .detach(|| Store::open_with(&path, &options))
+            .map_err(error::engine)?;
+        Ok(Zrecord {
+            slot: Mutex::new(Slot::Open(Arc::new(store))),
+            path: path.to_string_lossy().into_owned(),
+            codec,
+        })
+    }
+
+    /// Number of live records; they are exactly the indices 0..len.
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.shared()?.len())
+    }
+
+    /// The store's directory.
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The default codec of `append`.
+    #[getter]
+    fn codec(&self) -> &'static str {
+        self.codec.name()
+    }
+
+    /// Whether `close()` has been called.
+    #[getter]
+    fn closed(&self) -> bool {
+        matches!(*self.lock(), Slot::Closed)
+    }
+
+    /// Flushes every chunk file and meta.zr to stable storage.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let store = self.shared()?;
+        py.detach(|| store.sync()).map_err(error::engine)
+    }
+
+    /// Logical (decoded) byte lengths of records `idxs`, as a uint32 array.
+    fn lengths<'py>(
+        &self,
+        py: Python<'py>,
+        idxs: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<u32>>> {
+        let idxs = u64s(idxs, "idxs")?;
+        let store = self.shared()?;
+        let lengths = py.detach(|| store.lengths(&idxs)).map_err(error::engine)?;
+        Ok(PyArray1::from_vec(py, lengths))
+    }
+
+    /// Gathers records `idxs` into `dst`, record k at byte k * stride.
+    ///
+    /// `dst` is a writable C-contiguous numpy array of any dtype, treated as
+    /// bytes. A record longer than `stride`, or a `dst` too small, raises
+    /// ZrecordError (code -6) before anything is written. Bytes of a slot
+    /// past its record's length are left as they were.
+    fn gather(
+        &self,
+        py: Python<'_>,
+        idxs: &Bound<'_, PyAny>,
+        dst: &Bound<'_, PyAny>,
+        stride: usize,
+    ) -> PyResult<()> {
+        let idxs = u64s(idxs, "idxs")?;
+        let mut dst = Dst::new(dst)?;
+        let dst = dst.bytes()?;
+        let store = self.shared()?;
+        py.detach(|| store.gather(&idxs, dst, stride))
+            .map_err(error::engine)
+    }
+
+    /// Gathers ragged records: record k at byte offsets[k] of `dst`.
+    ///
+    /// The destination ranges may come in any order but must not overlap
+    /// (ZrecordError, code -6).
+    fn gather_var(
+        &self,
+        py: Python<'_>,
+        idxs: &Bound<'_, PyAny>,
+        dst: &Bound<'_, PyAny>,
+        offsets: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let idxs = u64s(idxs, "idxs")?;
+        let offsets = u64s(offsets, "offsets")?;
+        let mut dst = Dst::new(dst)?;
+        let dst = dst.bytes()?;
+        let store = self.shared()?;
+        py.detach(|| store.gather_ragged(&idxs, dst, &offsets))
+            .map_err(error::engine)
+    }
+
+    /// Appends `n` records of `item_len` bytes laid out back to back at the
+    /// start of `src` (bytes, a numpy array or a contiguous buffer). Returns
+    /// the index of the first new record. `durable=True` flushes the commit
+    /// to stable storage before returning.
+    #[pyo3(signature = (src, n, item_len, codec = None, *, durable = false))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        src: &Bound<'_, PyAny>,
+        n: usize,
+        item_len: usize,
+        codec: Option<&str>,
+        durable: bool,
+    ) -> PyResult<u32> {
+        let options = self.append_options(codec, durable)?;
+        let src = Src::new(src)?;
+        let bytes = src.bytes()?;
+        let store = self.shared()?;
+        py.detach(|| store.append_fixed(bytes, n, item_len, &options))
+            .map_err(error::engine)
+    }
+
+    /// Appends ragged records: record k is src[offsets[k]:offsets[k] + lens[k]].
+    /// Returns the index of the first new record.
+    #[pyo3(signature = (src, offsets, lens, codec = None, *, durable = false))]
+    fn append_var(
+        &self,
+        py: Python<'_>,
+        src: &Bound<'_, PyAny>,
+        offsets: &Bound<'_, PyAny>,
+        lens: &Bound<'_, PyAny>,
+        codec: Option<&str>,
+        durable: bool,
+    ) -> PyResult<u32> {
+        let options = self.append_options(codec, durable)?;
+        let offsets = u64s(offsets, "offsets")?;
+        let lens = u32s(lens, "lens")?;
+        let src = Src::new(src)?;
+        let bytes = src.bytes()?;
+        let store = self.shared()?;
+        py.detach(|| store.append_ragged(bytes, &offsets, &lens, &options))
+            .map_err(error::engine)
+    }
+
+    /// Deletes records `idxs`; each hole is filled with the current last
+    /// record, so survivors may change index. Needs exclusive access.
+    fn delete(&self, py: Python<'_>, idxs: &Bound<'_, PyAny>) -> PyResult<()> {
+        let idxs = u64s(idxs, "idxs")?;
+        self.exclusive(py, "delete", |store| store.delete(&idxs))
+    }
+
+    /// Rewrites the live records densely, reclaiming deleted bytes on disk.
+    /// Needs exclusive access.
+    fn compact(&self, py: Python<'_>) -> PyResult<()> {
+        self.exclusive(py, "compact", |store| store.compact().map(|_| ()))
+    }
+
+    /// Storage usage: a dict with records, live_bytes, chunk_bytes and
+    /// reclaimable (an upper bound on what compact() frees).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let store = self.shared()?;
+        let stats = py.detach(|| store.stats());
+        let dict = PyDict::new(py);
+        dict.set_item("records", stats.records)?;
+        dict.set_item("live_bytes", stats.live_bytes)?;
+        dict.set_item("chunk_bytes", stats.chunk_bytes)?;
+        dict.set_item("reclaimable", stats.reclaimable)?;
+        Ok(dict)
+    }
+
+    /// Closes the store. Idempotent. A DataLoader still running on the store
+    /// keeps it open until the loader closes.
+    fn close(&self) -> PyResult<()> {
+        let mut slot = self.lock();
+        if matches!(*slot, Slot::Busy) {
+            return Err(error::busy(&self.path, "close"));
+        }
+        let old = std::mem::replace(&mut *slot, Slot::Closed);
+        drop(slot);
+        drop(old);
+        Ok(())
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[allow(unused_variables)]
+    fn __exit__(
+        &self,
+        exc_type: &Bound<'_, PyAny>,
+        exc_value: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.close()?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        match &*self.lock() {
+            Slot::Open(store) => format!(
+                "Zrecord('{}', len={}, codec='{}')",
+                self.path,
+                store.len(),
+                self.codec.name()
+            ),
+            Slot::Busy => format!("Zrecord('{}', busy)", self.path),
+            Slot::Closed => format!("Zrecord('{}', closed)", self.path),
+        }
+    }
+}

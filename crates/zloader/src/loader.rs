@@ -1,0 +1,186 @@
+//! The loader: worker threads over a schedule, and their shutdown.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use zsampler::Sampler;
+
+use crate::batch::{Batch, Work};
+use crate::error::{LoaderError, Result};
+use crate::schedule::{Schedule, Taken};
+use crate::stream::Stream;
+
+/// How many threads gather and how far ahead they may run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoaderOptions {
+    /// Worker threads, each gathering whole steps (at least 1).
+    pub num_workers: usize,
+    /// Steps that may be in flight or finished ahead of the consumer (at
+    /// least 1). This bounds the loader's memory to `prefetch` batches.
+    pub prefetch: usize,
+}
+
+impl Default for LoaderOptions {
+    fn default() -> Self {
+        LoaderOptions {
+            num_workers: 4,
+            prefetch: 4,
+        }
+    }
+}
+
+/// An endless, ordered stream of gathered batches.
+///
+/// Starts at the sampler's current step ([`Sampler::step`]) and delivers
+/// steps one by one, in order, from [`Loader::next`]. Dropping the loader
+/// closes it, which stops and joins its threads.
+///
+/// # Fork
+/// A loader belongs to the process that created it. In a forked child its
+/// threads do not exist: `next` fails with [`LoaderError::ForeignProcess`]
+/// and `close` and drop do nothing (they neither lock nor join), so a child
+/// can drop an inherited loader safely and create a new one.
+pub struct Loader {
+    schedule: Arc<Schedule>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    owner: u32,
+}
+
+impl Loader {
+    /// Starts `options.num_workers` threads gathering `streams` at the
+    /// sampler's steps.
+    pub fn new(streams: Vec<Stream>, sampler: Sampler, options: LoaderOptions) -> Result<Loader> {
+        if streams.is_empty() {
+            return Err(LoaderError::InvalidArgument(
+                "a loader needs at least one stream".into(),
+            ));
+        }
+        if options.num_workers == 0 {
+            return Err(LoaderError::InvalidArgument(
+                "num_workers must be at least 1".into(),
+            ));
+        }
+        if options.prefetch == 0 {
+            return Err(LoaderError::InvalidArgument(
+                "prefetch must be at least 1".into(),
+            ));
+        }
+        for (stream, s) in streams.iter().enumerate() {
+            if (s.store.len() as u64) < sampler.length() {
+                return Err(LoaderError::StreamTooShort {
+                    stream,
+                    len: s.store.len(),
+                    length: sampler.length(),
+                });
+            }
+            let bytes = s.record_len.checked_mul(sampler.batch_size());
+            if bytes.is_none_or(|b| b > isize::MAX as usize) {
+                return Err(LoaderError::InvalidArgument(format!(
+                    "stream {stream}: a batch of {} records of {} bytes is too large",
+                    sampler.batch_size(),
+                    s.record_len
+                )));
+            }
+        }
+        let schedule = Arc::new(Schedule::new(sampler.step(), options.prefetch as u64));
+        let work = Arc::new(Work { streams, sampler });
+        let loader = Loader {
+            schedule,
+            workers: Mutex::new(Vec::with_capacity(options.num_workers)),
+            owner: std::process::id(),
+        };
+        for i in 0..options.num_workers {
+            let (schedule, work) = (loader.schedule.clone(), work.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("zloader-{i}"))
+                .spawn(move || worker(&schedule, &work));
+            match spawned {
+                Ok(handle) => loader.lock_workers().push(handle),
+                // Dropping `loader` stops the workers already started.
+                Err(e) => return Err(LoaderError::Spawn(e)),
+            }
+        }
+        Ok(loader)
+    }
+
+    fn lock_workers(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check_process(&self) -> Result<()> {
+        let current = std::process::id();
+        if current != self.owner {
+            return Err(LoaderError::ForeignProcess {
+                owner: self.owner,
+                current,
+            });
+        }
+        Ok(())
+    }
+
+    /// The next batch, in step order; waits for it.
+    pub fn next(&self) -> Result<Batch> {
+        self.check_process()?;
+        match self.schedule.take(None) {
+            Taken::Step(result) => result,
+            Taken::Closed => Err(LoaderError::Closed),
+            Taken::TimedOut => unreachable!("a wait without a deadline does not time out"),
+        }
+    }
+
+    /// The next batch, in step order, or `None` when it is not ready within
+    /// `timeout`. Lets a caller wake up regularly (to check for signals)
+    /// without losing its place.
+    pub fn next_timeout(&self, timeout: Duration) -> Result<Option<Batch>> {
+        self.check_process()?;
+        match self.schedule.take(Some(timeout)) {
+            Taken::Step(result) => result.map(Some),
+            Taken::Closed => Err(LoaderError::Closed),
+            Taken::TimedOut => Ok(None),
+        }
+    }
+
+    /// Stops the workers and waits for them; finished batches are dropped.
+    /// Returns once every worker has exited, which takes at most the time of
+    /// the gathers in flight. Idempotent; a no-op in a forked child.
+    pub fn close(&self) {
+        if self.check_process().is_err() {
+            return;
+        }
+        self.schedule.close();
+        let workers = std::mem::take(&mut *self.lock_workers());
+        for handle in workers {
+            // A worker catches its own panics, so join only fails if the
+            // catch itself failed; there is nothing left to clean up then.
+            let _ = handle.join();
+        }
+    }
+
+    /// Whether [`Loader::close`] has run.
+    pub fn is_closed(&self) -> bool {
+        self.check_process().is_err() || self.schedule.is_closed()
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        if self.check_process().is_err() {
+            // The parent's threads do not exist here and its locks may have
+            // been copied mid-use: touch nothing, join nothing.
+            let workers = std::mem::take(self.workers.get_mut().unwrap_or_else(|e| e.into_inner()));
+            std::mem::forget(workers);
+            return;
+        }
+        self.close();
+    }
+}
+
+fn worker(schedule: &Schedule, work: &Arc<Work>) {
+    while let Some(step) = schedule.claim() {
+        let result = catch_unwind(AssertUnwindSafe(|| work.gather(step)))
+            .unwrap_or(Err(LoaderError::WorkerPanicked { step }));
+        schedule.finish(step, result);
+    }
+}

@@ -1,0 +1,153 @@
+//! The loader against a direct gather of the sampler's indices.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zloader::{Loader, LoaderError, LoaderOptions, Stream};
+use zrecord::{AppendOptions, Codec, Store};
+use zsampler::{Mode, Sampler};
+
+const N: usize = 1000;
+
+/// A store of `N` records of `len` bytes; record `i` is a function of `i`
+/// and `salt`.
+fn store(dir: &std::path::Path, name: &str, len: usize, salt: u8) -> Arc<Store> {
+    let store = Store::open(dir.join(name)).unwrap();
+    let bytes: Vec<u8> = (0..N * len)
+        .map(|b| ((b / len) as u8).wrapping_mul(31) ^ (b % len) as u8 ^ salt)
+        .collect();
+    let options = AppendOptions {
+        codec: Codec::Flate,
+        durable: false,
+    };
+    store.append_fixed(&bytes, N, len, &options).unwrap();
+    Arc::new(store)
+}
+
+fn streams(dir: &std::path::Path) -> Vec<Stream> {
+    vec![
+        Stream::new(store(dir, "data.zr", 48, 0), 48),
+        Stream::new(store(dir, "label.zr", 8, 0x5a), 8),
+    ]
+}
+
+fn options(num_workers: usize, prefetch: usize) -> LoaderOptions {
+    LoaderOptions {
+        num_workers,
+        prefetch,
+    }
+}
+
+#[test]
+fn batches_come_in_sampler_order_for_any_worker_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = streams(dir.path());
+    let sampler = Sampler::new(N as u64, 64, Mode::Shuffle, 7).unwrap();
+    let mut runs = Vec::new();
+    for workers in [1, 4] {
+        let loader = Loader::new(streams.clone(), sampler.clone(), options(workers, 3)).unwrap();
+        let batches: Vec<_> = (0..40).map(|_| loader.next().unwrap()).collect();
+        loader.close();
+        runs.push(batches);
+    }
+    assert_eq!(runs[0], runs[1]);
+    for (step, batch) in runs[0].iter().enumerate() {
+        assert_eq!(batch.step, step as u64);
+        assert_eq!(batch.indices, sampler.batch(step as u64));
+        for (stream, buffer) in streams.iter().zip(&batch.buffers) {
+            let mut direct = vec![0; batch.indices.len() * stream.record_len];
+            stream
+                .store
+                .gather(&batch.indices, &mut direct, stream.record_len)
+                .unwrap();
+            assert_eq!(buffer, &direct);
+        }
+    }
+}
+
+#[test]
+fn starts_at_the_samplers_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sampler = Sampler::new(N as u64, 10, Mode::Iid, 1).unwrap();
+    sampler.seek(123);
+    let loader = Loader::new(streams(dir.path()), sampler.clone(), options(2, 2)).unwrap();
+    let batch = loader.next().unwrap();
+    assert_eq!(batch.step, 123);
+    assert_eq!(batch.indices, sampler.batch(123));
+}
+
+#[test]
+fn close_is_prompt_with_a_full_window_and_wakes_a_waiting_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let sampler = Sampler::new(N as u64, 32, Mode::Iid, 3).unwrap();
+    let loader = Arc::new(Loader::new(streams(dir.path()), sampler, options(4, 2)).unwrap());
+    loader.next().unwrap();
+    std::thread::sleep(Duration::from_millis(50)); // let the window fill
+    let started = Instant::now();
+    loader.close();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(loader.is_closed());
+    assert!(matches!(loader.next(), Err(LoaderError::Closed)));
+    assert!(matches!(
+        loader.next_timeout(Duration::from_millis(1)),
+        Err(LoaderError::Closed)
+    ));
+    loader.close(); // idempotent
+}
+
+#[test]
+fn dropping_a_loader_releases_its_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = streams(dir.path());
+    let sampler = Sampler::new(N as u64, 16, Mode::Sequential, 0).unwrap();
+    let loader = Loader::new(streams.clone(), sampler, options(3, 2)).unwrap();
+    loader.next().unwrap();
+    drop(loader);
+    // Only the test's own handles are left: the workers are gone.
+    for s in &streams {
+        assert_eq!(Arc::strong_count(&s.store), 1);
+    }
+}
+
+#[test]
+fn a_gather_error_reaches_the_consumer_at_its_step() {
+    let dir = tempfile::tempdir().unwrap();
+    // Records of 48 bytes gathered with a 40-byte stride do not fit.
+    let streams = vec![Stream::new(store(dir.path(), "x.zr", 48, 0), 40)];
+    let sampler = Sampler::new(N as u64, 4, Mode::Sequential, 0).unwrap();
+    let loader = Loader::new(streams, sampler, options(2, 2)).unwrap();
+    match loader.next() {
+        Err(LoaderError::Gather {
+            step: 0,
+            stream: 0,
+            source: zrecord::Error::BufferTooSmall { .. },
+        }) => {}
+        other => panic!("expected a gather error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_configurations_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sampler = Sampler::new(N as u64, 4, Mode::Sequential, 0).unwrap();
+    let s = streams(dir.path());
+    for (streams, opts) in [
+        (vec![], options(1, 1)),
+        (s.clone(), options(0, 1)),
+        (s.clone(), options(1, 0)),
+    ] {
+        assert!(matches!(
+            Loader::new(streams, sampler.clone(), opts),
+            Err(LoaderError::InvalidArgument(_))
+        ));
+    }
+    let long = Sampler::new(N as u64 + 1, 4, Mode::Sequential, 0).unwrap();
+    assert!(matches!(
+        Loader::new(s, long, options(1, 1)),
+        Err(LoaderError::StreamTooShort {
+            stream: 0,
+            len: N,
+            ..
+        })
+    ));
+}

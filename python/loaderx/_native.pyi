@@ -1,0 +1,124 @@
+"""Type stubs of loaderx._native, the Rust extension module.
+
+Checked against the compiled module by tests/python/test_stubs.py: every
+class, method, property and signature here must match the runtime module.
+"""
+
+from os import PathLike
+from types import TracebackType
+from typing import Any, ClassVar, Iterator, Sequence, final
+
+import numpy as np
+import numpy.typing as npt
+
+MAX_RECORD_LEN: int
+__version__: str
+
+_Indices = Sequence[int] | npt.NDArray[np.integer[Any]]
+_Src = bytes | bytearray | memoryview | npt.NDArray[Any]
+
+class ZrecordError(RuntimeError):
+    """An error reported by the Zrecord store engine."""
+
+    code: int
+
+@final
+class Zrecord:
+    """A persistent store of byte records (the Zrecord engine)."""
+
+    def __init__(
+        self, path: str | PathLike[str], codec: str = "flate", *, create: bool = True
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def codec(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def sync(self) -> None: ...
+    def lengths(self, idxs: _Indices) -> npt.NDArray[np.uint32]: ...
+    def gather(self, idxs: _Indices, dst: npt.NDArray[Any], stride: int) -> None: ...
+    def gather_var(self, idxs: _Indices, dst: npt.NDArray[Any], offsets: _Indices) -> None: ...
+    def append(
+        self,
+        src: _Src,
+        n: int,
+        item_len: int,
+        codec: str | None = None,
+        *,
+        durable: bool = False,
+    ) -> int: ...
+    def append_var(
+        self,
+        src: _Src,
+        offsets: _Indices,
+        lens: _Indices,
+        codec: str | None = None,
+        *,
+        durable: bool = False,
+    ) -> int: ...
+    def delete(self, idxs: _Indices) -> None: ...
+    def compact(self) -> None: ...
+    def stats(self) -> dict[str, int]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Zrecord: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool: ...
+    def __repr__(self) -> str: ...
+
+@final
+class Sampler:
+    """An endless, step-based index generator over 0..length."""
+
+    @final
+    class Mode:
+        """How a Sampler maps steps to indices; compares equal to its int."""
+
+        SEQUENTIAL: ClassVar[Sampler.Mode]
+        IID: ClassVar[Sampler.Mode]
+        SHUFFLE: ClassVar[Sampler.Mode]
+        def __int__(self) -> int: ...
+        def __repr__(self) -> str: ...
+
+    def __init__(
+        self, length: int, batch_size: int, mode: int | Sampler.Mode, seed: int = 42
+    ) -> None: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def mode(self) -> Sampler.Mode: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def step(self) -> int: ...
+    def batch(self, step: int) -> npt.NDArray[np.uint64]: ...
+    def seek(self, step: int) -> None: ...
+    def next(self) -> npt.NDArray[np.uint64]: ...
+    def __iter__(self) -> Iterator[npt.NDArray[np.uint64]]: ...
+    def __next__(self) -> npt.NDArray[np.uint64]: ...
+    def __repr__(self) -> str: ...
+
+@final
+class Loader:
+    """Gathers batches of several stores in lockstep on worker threads."""
+
+    def __init__(
+        self,
+        stores: Sequence[Zrecord],
+        record_lens: Sequence[int],
+        sampler: Sampler,
+        num_workers: int = 4,
+        prefetch_size: int = 4,
+    ) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __iter__(self) -> Loader: ...
+    def __next__(self) -> tuple[int, npt.NDArray[np.uint64], list[npt.NDArray[np.uint8]]]: ...

@@ -1,0 +1,83 @@
+"""Shared helpers of the Python test suite."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import loaderx
+
+
+def random_bytes(seed, n):
+    return np.random.default_rng(seed).integers(0, 256, size=n, dtype=np.uint8)
+
+
+def array_of(dtype, shape, seed=0):
+    """An array of `shape` whose bytes are random: every bit pattern of the
+    dtype (NaN payloads, negative zeros, bools other than 0/1 excluded) can
+    occur, so comparisons must be bit-exact."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    if dtype == np.bool_:
+        return (random_bytes(seed, n) & 1).astype(bool).reshape(shape)
+    raw = random_bytes(seed, n * dtype.itemsize)
+    return raw.view(dtype).reshape(shape)
+
+
+def compressible(seed, n):
+    """Bytes that every codec shrinks (runs of a few values)."""
+    rng = np.random.default_rng(seed)
+    return np.repeat(rng.integers(0, 4, size=n // 16 + 1, dtype=np.uint8), 16)[:n]
+
+
+def same_bytes(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def loader_threads():
+    """Names of this process's zloader worker threads (Linux /proc)."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if name.startswith("zloader"):
+            names.append(name)
+    return names
+
+
+@pytest.fixture
+def small(tmp_path):
+    """A dataset of 500 float32 (3, 4) samples and its labels."""
+    data = array_of(np.float32, (500, 3, 4), seed=1)
+    labels = np.arange(500, dtype=np.int64) * 7
+    ds = loaderx.Dataset.write(tmp_path / "data.zr", data, durable=False)
+    ls = loaderx.Dataset.write(tmp_path / "label.zr", labels, durable=False)
+    yield ds, ls, data, labels
+    ds.close()
+    ls.close()
+
+
+class Counter(threading.Thread):
+    """A Python thread that counts as fast as the GIL lets it."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.count = 0
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.count += 1
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.join()
