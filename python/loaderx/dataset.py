@@ -77,8 +77,13 @@ class Dataset:
         codec (str): The codec new records are written with.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, checksums: bool = False) -> None:
         """Opens the dataset in the directory `path`.
+
+        With `checksums`, every read is checked against per-record CRC32C
+        checksums (created for the samples already there if the dataset has
+        none yet); damage then raises ZrecordError (code -7) instead of
+        returning wrong values.
 
         Raises:
             FileNotFoundError: `path` holds no schema.json.
@@ -109,7 +114,10 @@ class Dataset:
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{schema_path} is malformed: {e!r}") from e
         self._itemsize = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-        self._store: Zrecord | None = Zrecord(self.path, self.codec, create=False)
+        self._checksums = checksums
+        self._store: Zrecord | None = Zrecord(
+            self.path, self.codec, create=False, checksums=checksums
+        )
 
     # -- the store ----------------------------------------------------------
 
@@ -193,6 +201,7 @@ class Dataset:
         chunk_bytes: int = WRITE_CHUNK_BYTES,
         *,
         durable: bool = True,
+        checksums: bool = False,
     ) -> "Dataset":
         """Persists `array` as a dataset, one record per slice along axis 0.
 
@@ -204,7 +213,9 @@ class Dataset:
         When `path` already holds a dataset of the same dtype and shape, the
         samples are appended to it, with the codec it records. Otherwise the
         store is created first and its schema.json written (atomically) right
-        after. `durable` flushes every chunk to stable storage.
+        after. `durable` flushes every chunk to stable storage before the
+        next, so a power loss never leaves wrong samples behind; `checksums`
+        keeps a CRC32C per sample (see `Dataset(path, checksums=True)`).
 
         Returns:
             Dataset: the dataset, opened.
@@ -253,7 +264,7 @@ class Dataset:
             finally:
                 existing.close()
 
-        store = Zrecord(path, codec)
+        store = Zrecord(path, codec, checksums=checksums)
         try:
             if new:
                 if len(store) != 0:
@@ -268,7 +279,7 @@ class Dataset:
                 store.append(block, len(block), itemsize, durable=durable)
         finally:
             store.close()
-        return cls(path)
+        return cls(path, checksums=checksums)
 
     # -- maintenance --------------------------------------------------------
 
@@ -289,6 +300,10 @@ class Dataset:
     def stats(self) -> dict[str, int]:
         """Storage usage: records, live_bytes, chunk_bytes and reclaimable."""
         return self._zr().stats()
+
+    def verify(self) -> dict[str, Any]:
+        """Checks every sample; see `loaderx.Zrecord.verify`."""
+        return self._zr().verify()
 
     # -- lifetime -----------------------------------------------------------
 
@@ -311,7 +326,7 @@ class Dataset:
 
     def __reduce__(self):
         # Pickles by path: the copy reopens the store (worker processes).
-        return (type(self), (str(self.path),))
+        return (_reopen, (type(self), str(self.path), self._checksums))
 
     def __repr__(self) -> str:
         if self._store is None:
@@ -320,3 +335,8 @@ class Dataset:
             f"Dataset({str(self.path)!r}, len={len(self)}, dtype={self.dtype}, "
             f"shape={self.shape}, codec={self.codec!r})"
         )
+
+
+def _reopen(cls: type, path: str, checksums: bool) -> Dataset:
+    """Unpickles a Dataset by opening its directory again."""
+    return cls(path, checksums=checksums)

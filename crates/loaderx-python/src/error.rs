@@ -10,7 +10,7 @@ create_exception!(
     loaderx,
     ZrecordError,
     PyRuntimeError,
-    "An error reported by the Zrecord store engine.\n\n`code` is loaderx 0.5.0's numeric error code: -1 out of memory, -2 I/O,\n-3 index out of range, -4 record too large, -5 store full, -6 buffer too\nsmall (or destination overlap), -7 corrupt record, -8 not a store (or a newer\nformat version); new in 0.6: -9 invalid argument, -10 store busy (delete or\ncompact needs exclusive access), -11 any other engine error."
+    "An error reported by the Zrecord store engine.\n\n`code` is loaderx 0.5.0's numeric error code: -1 out of memory, -2 I/O,\n-3 index out of range, -4 record too large, -5 store full, -6 buffer too\nsmall (or destination overlap), -7 corrupt record, -8 not a store (or a newer\nformat version); new in 0.6: -9 invalid argument, -10 store busy (delete or\ncompact need the only open handle; appends one at a time), -11 any other engine error."
 );
 
 /// The numeric codes of `ZrecordError.code`.
@@ -43,6 +43,7 @@ pub(crate) fn code_of(e: &zrecord::Error) -> i32 {
         E::BufferTooSmall { .. } | E::DestinationOverlap { .. } => code::BUFFER_TOO_SMALL,
         E::CorruptRecord { .. } => code::CORRUPT_RECORD,
         E::InvalidArgument { .. } => code::INVALID_ARGUMENT,
+        E::Busy { .. } => code::BUSY,
         _ => code::OTHER,
     }
 }

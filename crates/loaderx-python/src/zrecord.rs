@@ -118,11 +118,18 @@ impl Zrecord {
 #[pymethods]
 impl Zrecord {
     #[new]
-    #[pyo3(signature = (path, codec = "flate", *, create = true))]
-    fn new(py: Python<'_>, path: PathBuf, codec: &str, create: bool) -> PyResult<Self> {
+    #[pyo3(signature = (path, codec = "flate", *, create = true, checksums = false))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        codec: &str,
+        create: bool,
+        checksums: bool,
+    ) -> PyResult<Self> {
         let codec = codec_arg(codec)?;
         let options = StoreOptions {
             create,
+            checksums,
             ..StoreOptions::default()
         };
         let store = py
@@ -272,6 +279,29 @@ impl Zrecord {
     /// Needs exclusive access.
     fn compact(&self, py: Python<'_>) -> PyResult<()> {
         self.exclusive(py, "compact", |store| store.compact().map(|_| ()))
+    }
+
+    /// Decodes every record and checks it against its checksum when the
+    /// store keeps checksums. Returns a dict: records (int), checksummed
+    /// (bool) and bad, a list of dicts (index, chunk, offset, reason), one
+    /// per damaged record. Raises only when the files cannot be read.
+    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let store = self.shared()?;
+        let report = py.detach(|| store.verify()).map_err(error::engine)?;
+        let bad = pyo3::types::PyList::empty(py);
+        for b in &report.bad {
+            let entry = PyDict::new(py);
+            entry.set_item("index", b.index)?;
+            entry.set_item("chunk", b.chunk)?;
+            entry.set_item("offset", b.offset)?;
+            entry.set_item("reason", &b.reason)?;
+            bad.append(entry)?;
+        }
+        let dict = PyDict::new(py);
+        dict.set_item("records", report.records)?;
+        dict.set_item("checksummed", report.checksummed)?;
+        dict.set_item("bad", bad)?;
+        Ok(dict)
     }
 
     /// Storage usage: a dict with records, live_bytes, chunk_bytes and
