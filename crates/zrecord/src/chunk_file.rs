@@ -157,7 +157,13 @@ impl ChunkFiles {
     }
 
     fn get_or_open(&self, id: u16, create: bool) -> Result<&ChunkFile> {
-        let slot = &self.slots[id as usize];
+        let Some(slot) = self.slots.get(id as usize) else {
+            // Only a damaged table entry names a chunk past the limit.
+            return Err(io_error(self.path_of(id))(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("chunk {id} is past the {MAX_CHUNKS} chunk limit"),
+            )));
+        };
         if let Some(chunk) = slot.get() {
             return Ok(chunk);
         }

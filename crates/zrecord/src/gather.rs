@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use crate::codec::decode;
 use crate::error::{Error, Result};
-use crate::limits::MAX_RECORD_LEN;
+use crate::limits::{MAX_CHUNKS, MAX_RECORD_LEN};
 use crate::record_table::RecordLoc;
 use crate::store::Store;
 use crate::thread_pool::{pool, shard_count};
@@ -208,6 +208,12 @@ impl Store {
             return Err(corrupt(format!(
                 "logical length {} exceeds the {MAX_RECORD_LEN} byte limit",
                 loc.logic_length
+            )));
+        }
+        if loc.chunk_id as usize >= MAX_CHUNKS {
+            return Err(corrupt(format!(
+                "chunk {} is past the {MAX_CHUNKS} chunk limit",
+                loc.chunk_id
             )));
         }
         let chunk = match self.chunks.get(loc.chunk_id) {
