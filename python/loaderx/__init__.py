@@ -2,8 +2,13 @@
 transparent per-record compression and an endless, step-based data loader.
 
 * :class:`Dataset` — a NumPy-shaped view of a store: one sample per record.
-* :class:`DataLoader` — an endless iterator of ``{'data', 'label'}`` batches,
-  gathered on Rust threads.
+* :class:`DataLoader` — an endless iterator of batch dicts (``{'data',
+  'label'}``, or any named streams), gathered on Rust threads; resumable
+  (``state_dict``), shardable across hosts (``shard=``).
+* :class:`~loaderx.ragged.RaggedDataset` — samples of one dtype with
+  per-sample shapes (``loaderx.ragged``).
+* ``loaderx.jax`` / ``loaderx.torch`` — hand-off to JAX devices and to
+  PyTorch (imported on demand; neither framework is a dependency).
 * :class:`Zrecord` — the raw store of byte records underneath.
 * :class:`Sampler` — the step-based index generator the loader uses.
 """
@@ -11,10 +16,12 @@ transparent per-record compression and an endless, step-based data loader.
 from ._native import MAX_RECORD_LEN, Sampler, Zrecord, ZrecordError, __version__
 from .dataloader import DataLoader
 from .dataset import Dataset
+from .ragged import RaggedDataset
 
 __all__ = [
     "Dataset",
     "DataLoader",
+    "RaggedDataset",
     "Zrecord",
     "ZrecordError",
     "Sampler",

@@ -92,12 +92,22 @@ class Sampler:
         def __repr__(self) -> str: ...
 
     def __init__(
-        self, length: int, batch_size: int, mode: int | Sampler.Mode, seed: int = 42
+        self,
+        length: int,
+        batch_size: int,
+        mode: int | Sampler.Mode,
+        seed: int = 42,
+        *,
+        shard: tuple[int, int] | None = None,
     ) -> None: ...
     @property
     def length(self) -> int: ...
     @property
     def batch_size(self) -> int: ...
+    @property
+    def local_batch_size(self) -> int: ...
+    @property
+    def shard(self) -> tuple[int, int]: ...
     @property
     def mode(self) -> Sampler.Mode: ...
     @property
@@ -118,13 +128,21 @@ class Loader:
     def __init__(
         self,
         stores: Sequence[Zrecord],
-        record_lens: Sequence[int],
+        record_lens: Sequence[int | None],
         sampler: Sampler,
         num_workers: int = 4,
         prefetch_size: int = 4,
     ) -> None: ...
     @property
+    def next_step(self) -> int: ...
+    @property
     def closed(self) -> bool: ...
     def close(self) -> None: ...
     def __iter__(self) -> Loader: ...
-    def __next__(self) -> tuple[int, npt.NDArray[np.uint64], list[npt.NDArray[np.uint8]]]: ...
+    def __next__(
+        self,
+    ) -> tuple[
+        int,
+        npt.NDArray[np.uint64],
+        list[npt.NDArray[np.uint8] | tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint32]]],
+    ]: ...

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_all_lists_exactly_the_public_api():
     assert loaderx.__all__ == [
-        "Dataset", "DataLoader", "Zrecord", "ZrecordError", "Sampler",
+        "Dataset", "DataLoader", "RaggedDataset", "Zrecord", "ZrecordError", "Sampler",
         "MAX_RECORD_LEN", "__version__",
     ]
     for name in loaderx.__all__:

@@ -2,13 +2,14 @@
 //! crate: gathering runs on Rust threads, and waiting for a batch releases
 //! the GIL.
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
-use zloader::{LoaderError, LoaderOptions, Stream};
+use pyo3::types::{PyList, PyTuple};
+use zloader::{Batch, LoaderError, LoaderOptions, Stream};
 
 use crate::error;
 use crate::sampler::Sampler;
@@ -23,16 +24,32 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// Gathers batches of several stores in lockstep on worker threads.
 ///
-/// `stores[i]` holds fixed-size records of `record_lens[i]` bytes; every
-/// step of `sampler` (from its current step on) is gathered from every store
-/// into fresh buffers by `num_workers` threads, at most `prefetch_size` steps
-/// ahead of the consumer. Iterating yields `(step, indices, buffers)`:
-/// the step number, its uint64 indices and one flat uint8 array per store,
-/// strictly in step order. Ends (StopIteration) once closed. While a loader
-/// runs, its stores cannot be deleted from or compacted.
+/// `stores[i]` holds fixed-size records of `record_lens[i]` bytes, or
+/// records of any length when `record_lens[i]` is None; every step of
+/// `sampler` (from its current step on; its shard of each batch) is gathered
+/// from every store into fresh buffers by `num_workers` threads, at most
+/// `prefetch_size` steps ahead of the consumer. Iterating yields
+/// `(step, indices, buffers)`: the step number, its uint64 indices and, per
+/// store, one flat uint8 array (fixed records, back to back at their
+/// stride) or a `(bytes, lengths)` pair (variable-length records packed back
+/// to back, and their uint32 byte lengths), strictly in step order. The
+/// wait for a batch releases the GIL and wakes every 50 ms to run signal
+/// handlers (Ctrl-C); a batch that is ready when a handler raises is kept
+/// for the next call, so an interrupted wait loses nothing. Ends
+/// (StopIteration) once closed. While a loader runs, its stores cannot be
+/// deleted from or compacted.
 #[pyclass(module = "loaderx._native", name = "Loader", frozen)]
 pub struct Loader {
     inner: zloader::Loader,
+    /// A batch taken from the engine whose delivery a signal handler's
+    /// exception interrupted: the next call returns it.
+    pending: Mutex<Option<Batch>>,
+}
+
+impl Loader {
+    fn lock_pending(&self) -> MutexGuard<'_, Option<Batch>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[pymethods]
@@ -42,7 +59,7 @@ impl Loader {
     fn new(
         py: Python<'_>,
         stores: Vec<Bound<'_, Zrecord>>,
-        record_lens: Vec<usize>,
+        record_lens: Vec<Option<usize>>,
         sampler: PyRef<'_, Sampler>,
         num_workers: usize,
         prefetch_size: usize,
@@ -57,7 +74,13 @@ impl Loader {
         let streams = stores
             .iter()
             .zip(record_lens)
-            .map(|(store, len)| Ok(Stream::new(store.get().shared()?, len)))
+            .map(|(store, len)| {
+                let store = store.get().shared()?;
+                Ok(match len {
+                    Some(len) => Stream::new(store, len),
+                    None => Stream::ragged(store),
+                })
+            })
             .collect::<PyResult<Vec<_>>>()?;
         let sampler = sampler.inner.clone();
         let options = LoaderOptions {
@@ -67,7 +90,10 @@ impl Loader {
         let inner = py
             .detach(|| zloader::Loader::new(streams, sampler, options))
             .map_err(error::loader)?;
-        Ok(Loader { inner })
+        Ok(Loader {
+            inner,
+            pending: Mutex::new(None),
+        })
     }
 
     fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -75,23 +101,45 @@ impl Loader {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<NativeBatch<'py>>> {
-        let batch = loop {
-            match py.detach(|| self.inner.next_timeout(WAIT_SLICE)) {
-                Ok(Some(batch)) => break batch,
-                Ok(None) => py.check_signals()?,
-                Err(LoaderError::Closed) => return Ok(None),
-                Err(e) => return Err(error::loader(e)),
-            }
+        // (`is_closed` first: it takes no lock in a forked child.)
+        let pending = match self.inner.is_closed() {
+            true => None,
+            false => self.lock_pending().take(),
         };
+        let batch = match pending {
+            Some(batch) => batch,
+            None => loop {
+                match py.detach(|| self.inner.next_timeout(WAIT_SLICE)) {
+                    Ok(Some(batch)) => break batch,
+                    Ok(None) => py.check_signals()?,
+                    Err(LoaderError::Closed) => return Ok(None),
+                    Err(e) => return Err(error::loader(e)),
+                }
+            },
+        };
+        // A signal that arrived while the batch was being made is handled
+        // now, while the batch can still be kept, rather than by the
+        // interpreter right after this call returns, which would drop it.
+        if let Err(e) = py.check_signals() {
+            *self.lock_pending() = Some(batch);
+            return Err(e);
+        }
         // The buffers become numpy arrays without a copy.
-        let buffers = batch
-            .buffers
-            .into_iter()
-            .map(|buffer| PyArray1::from_vec(py, buffer));
+        let buffers = PyList::empty(py);
+        for (buffer, lengths) in batch.buffers.into_iter().zip(batch.lengths) {
+            let bytes = PyArray1::from_vec(py, buffer);
+            match lengths {
+                None => buffers.append(bytes)?,
+                Some(lengths) => buffers.append(PyTuple::new(
+                    py,
+                    [bytes.into_any(), PyArray1::from_vec(py, lengths).into_any()],
+                )?)?,
+            }
+        }
         Ok(Some((
             batch.step,
             PyArray1::from_vec(py, batch.indices),
-            PyList::new(py, buffers)?,
+            buffers,
         )))
     }
 
@@ -99,6 +147,24 @@ impl Loader {
     /// once the gathers in flight end. Idempotent.
     fn close(&self, py: Python<'_>) {
         py.detach(|| self.inner.close());
+        // Free a kept batch's memory, but keep its step: it was never
+        // delivered, and `next_step` says so.
+        if let Some(batch) = &mut *self.lock_pending() {
+            batch.indices = Vec::new();
+            batch.buffers = Vec::new();
+            batch.lengths = Vec::new();
+        }
+    }
+
+    /// The step that the next iteration yields (a step whose gather failed
+    /// counts as yielded once its error has been raised): the consumer's
+    /// position, not the workers', which run ahead.
+    #[getter]
+    fn next_step(&self) -> u64 {
+        match &*self.lock_pending() {
+            Some(batch) => batch.step,
+            None => self.inner.next_step(),
+        }
     }
 
     /// Whether the loader is closed (or belongs to a parent process).

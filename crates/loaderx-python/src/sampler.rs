@@ -61,10 +61,16 @@ pub(crate) fn mode_arg(obj: &Bound<'_, PyAny>) -> PyResult<Mode> {
 
 /// An endless, step-based index generator over 0..length.
 ///
-/// Iterating yields one uint64 array of `batch_size` indices per step,
-/// forever. The batch of a step is a pure function of (length, batch_size,
-/// mode, seed, step), so `batch(step)` gives any step directly and
-/// `seek(step)` resumes a run exactly.
+/// Iterating yields one uint64 array of indices per step, forever. The batch
+/// of a step is a pure function of (length, batch_size, mode, seed, shard,
+/// step), so `batch(step)` gives any step directly and `seek(step)` resumes
+/// a run exactly.
+///
+/// `batch_size` is the global batch size. With `shard=(index, count)` the
+/// sampler yields only the index-th of count equal, contiguous parts of each
+/// global batch (`local_batch_size = batch_size // count` indices; the
+/// batch size must be divisible by count), so count processes see every
+/// index of a step exactly once between them.
 #[pyclass(module = "loaderx._native", name = "Sampler")]
 pub struct Sampler {
     pub(crate) inner: zsampler::Sampler,
@@ -73,16 +79,25 @@ pub struct Sampler {
 #[pymethods]
 impl Sampler {
     #[new]
-    #[pyo3(signature = (length, batch_size, mode, seed = 42))]
-    fn new(length: u64, batch_size: usize, mode: &Bound<'_, PyAny>, seed: u64) -> PyResult<Self> {
+    #[pyo3(signature = (length, batch_size, mode, seed = 42, *, shard = None))]
+    fn new(
+        length: u64,
+        batch_size: usize,
+        mode: &Bound<'_, PyAny>,
+        seed: u64,
+        shard: Option<(u64, u64)>,
+    ) -> PyResult<Self> {
         if batch_size > MAX_BATCH_SIZE {
             return Err(PyValueError::new_err(format!(
                 "batch_size {batch_size} is over the limit of {MAX_BATCH_SIZE} \
                  (the most records a store can hold)"
             )));
         }
-        let inner = zsampler::Sampler::new(length, batch_size, mode_arg(mode)?, seed)
+        let mut inner = zsampler::Sampler::new(length, batch_size, mode_arg(mode)?, seed)
             .map_err(error::sampler)?;
+        if let Some((index, count)) = shard {
+            inner = inner.with_shard(index, count).map_err(error::sampler)?;
+        }
         Ok(Sampler { inner })
     }
 
@@ -99,10 +114,22 @@ impl Sampler {
         self.inner.length()
     }
 
-    /// Indices per batch.
+    /// The global batch size: indices per step over all shards.
     #[getter]
     fn batch_size(&self) -> usize {
         self.inner.batch_size()
+    }
+
+    /// Indices per batch of this shard: batch_size // shard count.
+    #[getter]
+    fn local_batch_size(&self) -> usize {
+        self.inner.local_batch_size()
+    }
+
+    /// This sampler's shard, as (index, count); (0, 1) when unsharded.
+    #[getter]
+    fn shard(&self) -> (u64, u64) {
+        (self.inner.shard_index(), self.inner.shard_count())
     }
 
     /// The sampling mode.
@@ -153,8 +180,12 @@ impl Sampler {
             Mode::Iid => "IID",
             Mode::Shuffle => "SHUFFLE",
         };
+        let shard = match (self.inner.shard_index(), self.inner.shard_count()) {
+            (_, 1) => String::new(),
+            (index, count) => format!(", shard=({index}, {count})"),
+        };
         format!(
-            "Sampler(length={}, batch_size={}, mode=Sampler.Mode.{mode}, seed={}, step={})",
+            "Sampler(length={}, batch_size={}, mode=Sampler.Mode.{mode}, seed={}{shard}, step={})",
             self.inner.length(),
             self.inner.batch_size(),
             self.inner.seed(),

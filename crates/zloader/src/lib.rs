@@ -2,8 +2,9 @@
 //!
 //! A [`Loader`] walks the steps of a [`zsampler::Sampler`] in order. For each
 //! step it takes the sampler's batch of indices and gathers every
-//! [`Stream`] (a zrecord store of fixed-size records: the data, the labels,
-//! …) into freshly allocated buffers, on a pool of worker threads of its own.
+//! [`Stream`] (a zrecord store of fixed-size records — the data, the labels,
+//! … — or of variable-length ones, [`Layout::Ragged`]) into freshly
+//! allocated buffers, on a pool of worker threads of its own.
 //! Finished steps wait in a bounded window and come out strictly in step
 //! order, whatever the number of workers, so a run is reproducible from
 //! `(seed, step)` alone.
@@ -38,4 +39,4 @@ mod stream;
 pub use batch::Batch;
 pub use error::{LoaderError, Result};
 pub use loader::{Loader, LoaderOptions};
-pub use stream::Stream;
+pub use stream::{Layout, Stream};

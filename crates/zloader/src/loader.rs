@@ -10,7 +10,7 @@ use zsampler::Sampler;
 use crate::batch::{Batch, Work};
 use crate::error::{LoaderError, Result};
 use crate::schedule::{Schedule, Taken};
-use crate::stream::Stream;
+use crate::stream::{Layout, Stream};
 
 /// How many threads gather and how far ahead they may run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,13 +75,14 @@ impl Loader {
                     length: sampler.length(),
                 });
             }
-            let bytes = s.record_len.checked_mul(sampler.batch_size());
-            if bytes.is_none_or(|b| b > isize::MAX as usize) {
-                return Err(LoaderError::InvalidArgument(format!(
-                    "stream {stream}: a batch of {} records of {} bytes is too large",
-                    sampler.batch_size(),
-                    s.record_len
-                )));
+            if let Layout::Fixed(record_len) = s.layout {
+                let bytes = record_len.checked_mul(sampler.local_batch_size());
+                if bytes.is_none_or(|b| b > isize::MAX as usize) {
+                    return Err(LoaderError::InvalidArgument(format!(
+                        "stream {stream}: a batch of {} records of {record_len} bytes is too large",
+                        sampler.local_batch_size(),
+                    )));
+                }
             }
         }
         let schedule = Arc::new(Schedule::new(sampler.step(), options.prefetch as u64));
@@ -156,6 +157,14 @@ impl Loader {
             // catch itself failed; there is nothing left to clean up then.
             let _ = handle.join();
         }
+    }
+
+    /// The step of the batch (or error) that the next [`Loader::next`]
+    /// returns: a step whose gather failed counts as delivered once its
+    /// error has been returned. This is the consumer's position, not the
+    /// workers', which run up to `prefetch` steps ahead.
+    pub fn next_step(&self) -> u64 {
+        self.schedule.next_take()
     }
 
     /// Whether [`Loader::close`] has run.

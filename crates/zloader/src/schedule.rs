@@ -132,6 +132,11 @@ impl Schedule {
         drop(done);
     }
 
+    /// The step the next successful take returns.
+    pub(crate) fn next_take(&self) -> u64 {
+        self.lock().next_take
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.lock().closed
     }
@@ -146,6 +151,7 @@ mod tests {
             step,
             indices: vec![step],
             buffers: vec![],
+            lengths: vec![],
         })
     }
 

@@ -4,21 +4,44 @@ use std::sync::Arc;
 
 use zrecord::Store;
 
-/// A store of fixed-size records, gathered at every step of a loader. All
-/// streams of a loader are indexed by the same sampler indices, so record
-/// `i` of every stream belongs to sample `i` (the data and its label).
+/// How the records of a stream are laid out in a gathered buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Records of at most this many bytes, record `k` of a batch at byte
+    /// `k * stride`. A record shorter than the stride leaves zeros after it;
+    /// a longer one is an error.
+    Fixed(usize),
+    /// Records of any length, packed back to back in batch order; the batch
+    /// also carries every record's length ([`crate::Batch::lengths`]).
+    Ragged,
+}
+
+/// A store gathered at every step of a loader. All streams of a loader are
+/// indexed by the same sampler indices, so record `i` of every stream
+/// belongs to sample `i` (the data and its label).
 #[derive(Clone)]
 pub struct Stream {
     /// The store; shared, so a loader keeps it open (and free of `delete` and
     /// `compact`, which need it exclusively) for as long as it runs.
     pub store: Arc<Store>,
-    /// Bytes of one record: the stride of the gathered buffer. A record
-    /// shorter than this leaves zeros after it; a longer one is an error.
-    pub record_len: usize,
+    /// How its records are laid out in a batch buffer.
+    pub layout: Layout,
 }
 
 impl Stream {
+    /// A stream of fixed-size records of `record_len` bytes.
     pub fn new(store: Arc<Store>, record_len: usize) -> Stream {
-        Stream { store, record_len }
+        Stream {
+            store,
+            layout: Layout::Fixed(record_len),
+        }
+    }
+
+    /// A stream of variable-length records.
+    pub fn ragged(store: Arc<Store>) -> Stream {
+        Stream {
+            store,
+            layout: Layout::Ragged,
+        }
     }
 }

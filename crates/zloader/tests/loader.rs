@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zloader::{Loader, LoaderError, LoaderOptions, Stream};
+use zloader::{Layout, Loader, LoaderError, LoaderOptions, Stream};
 use zrecord::{AppendOptions, Codec, Store};
 use zsampler::{Mode, Sampler};
 
@@ -55,13 +55,17 @@ fn batches_come_in_sampler_order_for_any_worker_count() {
         assert_eq!(batch.step, step as u64);
         assert_eq!(batch.indices, sampler.batch(step as u64));
         for (stream, buffer) in streams.iter().zip(&batch.buffers) {
-            let mut direct = vec![0; batch.indices.len() * stream.record_len];
+            let Layout::Fixed(record_len) = stream.layout else {
+                unreachable!()
+            };
+            let mut direct = vec![0; batch.indices.len() * record_len];
             stream
                 .store
-                .gather(&batch.indices, &mut direct, stream.record_len)
+                .gather(&batch.indices, &mut direct, record_len)
                 .unwrap();
             assert_eq!(buffer, &direct);
         }
+        assert_eq!(batch.lengths, [None, None]);
     }
 }
 
@@ -71,9 +75,12 @@ fn starts_at_the_samplers_step() {
     let mut sampler = Sampler::new(N as u64, 10, Mode::Iid, 1).unwrap();
     sampler.seek(123);
     let loader = Loader::new(streams(dir.path()), sampler.clone(), options(2, 2)).unwrap();
+    assert_eq!(loader.next_step(), 123);
     let batch = loader.next().unwrap();
     assert_eq!(batch.step, 123);
     assert_eq!(batch.indices, sampler.batch(123));
+    std::thread::sleep(Duration::from_millis(20)); // the workers run ahead
+    assert_eq!(loader.next_step(), 124);
 }
 
 #[test]
@@ -124,6 +131,12 @@ fn a_gather_error_reaches_the_consumer_at_its_step() {
         }) => {}
         other => panic!("expected a gather error, got {other:?}"),
     }
+    // The failed step counts as delivered; the next one is step 1.
+    assert_eq!(loader.next_step(), 1);
+    assert!(matches!(
+        loader.next(),
+        Err(LoaderError::Gather { step: 1, .. })
+    ));
 }
 
 #[test]
@@ -150,4 +163,69 @@ fn bad_configurations_are_refused() {
             ..
         })
     ));
+}
+
+/// A store of `N` records; record `i` is `i % 17` bytes, each `i as u8`.
+fn ragged_store(dir: &std::path::Path) -> Arc<Store> {
+    let store = Store::open(dir.join("ragged.zr")).unwrap();
+    let lens: Vec<u32> = (0..N as u32).map(|i| i % 17).collect();
+    let mut bytes = Vec::new();
+    let mut offsets = Vec::new();
+    for (i, &len) in lens.iter().enumerate() {
+        offsets.push(bytes.len() as u64);
+        bytes.extend(std::iter::repeat_n(i as u8, len as usize));
+    }
+    store
+        .append_ragged(&bytes, &offsets, &lens, &AppendOptions::default())
+        .unwrap();
+    Arc::new(store)
+}
+
+#[test]
+fn ragged_streams_come_packed_with_their_lengths() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = vec![
+        Stream::new(store(dir.path(), "data.zr", 48, 0), 48),
+        Stream::ragged(ragged_store(dir.path())),
+    ];
+    let sampler = Sampler::new(N as u64, 32, Mode::Shuffle, 9).unwrap();
+    let loader = Loader::new(streams, sampler, options(2, 2)).unwrap();
+    for _ in 0..10 {
+        let batch = loader.next().unwrap();
+        assert_eq!(batch.lengths[0], None);
+        let lengths = batch.lengths[1].as_ref().unwrap();
+        let mut expected = Vec::new();
+        for (&i, &len) in batch.indices.iter().zip(lengths) {
+            assert_eq!(len as u64, i % 17);
+            expected.extend(std::iter::repeat_n(i as u8, len as usize));
+        }
+        assert_eq!(batch.buffers[1], expected);
+    }
+}
+
+#[test]
+fn shards_of_a_step_together_are_the_unsharded_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = streams(dir.path());
+    let global = Sampler::new(N as u64, 24, Mode::Iid, 4).unwrap();
+    let whole = Loader::new(streams.clone(), global.clone(), options(2, 2)).unwrap();
+    let parts: Vec<Loader> = (0..3)
+        .map(|i| {
+            let shard = global.clone().with_shard(i, 3).unwrap();
+            Loader::new(streams.clone(), shard, options(1, 2)).unwrap()
+        })
+        .collect();
+    for _ in 0..5 {
+        let batch = whole.next().unwrap();
+        let shards: Vec<_> = parts.iter().map(|l| l.next().unwrap()).collect();
+        let indices: Vec<u64> = shards.iter().flat_map(|b| b.indices.clone()).collect();
+        assert_eq!(indices, batch.indices);
+        for stream in 0..2 {
+            let bytes: Vec<u8> = shards
+                .iter()
+                .flat_map(|b| b.buffers[stream].clone())
+                .collect();
+            assert_eq!(bytes, batch.buffers[stream]);
+        }
+    }
 }

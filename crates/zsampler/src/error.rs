@@ -1,12 +1,20 @@
 use std::fmt;
 
-/// Why a [`Sampler`](crate::Sampler) could not be constructed.
+/// Why a [`Sampler`](crate::Sampler) could not be constructed or sharded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SamplerError {
     /// The index space `0..length` is empty, so there is nothing to sample.
     ZeroLength,
     /// A batch must hold at least one index.
     ZeroBatchSize,
+    /// A sharded sampler needs at least one shard.
+    ZeroShardCount,
+    /// The shard index must be below the shard count.
+    ShardIndexOutOfRange { index: u64, count: u64 },
+    /// Every shard gets the same part of a global batch, so the global batch
+    /// size must be a multiple of the shard count.
+    BatchNotDivisible { batch_size: usize, count: u64 },
 }
 
 impl fmt::Display for SamplerError {
@@ -14,6 +22,18 @@ impl fmt::Display for SamplerError {
         match self {
             SamplerError::ZeroLength => f.write_str("sampler length must be at least 1"),
             SamplerError::ZeroBatchSize => f.write_str("sampler batch size must be at least 1"),
+            SamplerError::ZeroShardCount => f.write_str("shard count must be at least 1"),
+            SamplerError::ShardIndexOutOfRange { index, count } => {
+                write!(
+                    f,
+                    "shard index {index} is out of range for {count} shards (0..{count})"
+                )
+            }
+            SamplerError::BatchNotDivisible { batch_size, count } => write!(
+                f,
+                "the global batch size {batch_size} is not divisible by the shard count {count}: \
+                 every shard takes batch_size / count indices of each step"
+            ),
         }
     }
 }

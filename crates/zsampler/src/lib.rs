@@ -14,9 +14,16 @@
 //!   pseudo-random [`Permutation`] derived from `(seed, e)`. Batches cross
 //!   epoch boundaries seamlessly.
 //!
+//! # Shards
+//!
+//! [`Sampler::with_shard`]`(index, count)` keeps only the `index`-th of
+//! `count` equal, contiguous parts of every global batch, so `count`
+//! processes of a multi-host job see every index of a global step exactly
+//! once between them (the global batch size must be divisible by `count`).
+//!
 //! # The pure-function property
 //!
-//! A batch depends only on `(length, batch_size, mode, seed, step)`: no state
+//! A batch depends only on `(length, batch_size, mode, seed, shard, step)`: no state
 //! carries over from earlier steps. Randomness is counter-based (a hash of the
 //! coordinates of each draw) and the shuffle is a bijection evaluated on
 //! demand in O(1) memory, never a materialized, progressively consumed

@@ -11,20 +11,31 @@ const SHUFFLE_STREAM: u64 = 0x7368_7566_0000_0002;
 /// Endless, step-based index generator over the index space `0..length`.
 ///
 /// The batch of a step is a pure function of
-/// `(length, batch_size, mode, seed, step)`; the only state is the cursor
-/// used by [`Sampler::next_batch`] / [`Iterator::next`], which [`Sampler::seek`]
-/// can set freely. Resuming training at step `s` is therefore just `seek(s)`.
+/// `(length, batch_size, mode, seed, shard, step)`; the only state is the
+/// cursor used by [`Sampler::next_batch`] / [`Iterator::next`], which
+/// [`Sampler::seek`] can set freely. Resuming training at step `s` is
+/// therefore just `seek(s)`.
+///
+/// # Shards
+/// `batch_size` is the *global* batch size. A sampler sharded with
+/// [`Sampler::with_shard`]`(index, count)` produces only its part of every
+/// global batch: the contiguous block of positions
+/// `index * batch_size / count .. (index + 1) * batch_size / count`. The
+/// `count` shards of a step are disjoint and together are exactly the
+/// unsharded batch of that step, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sampler {
     length: u64,
     batch_size: usize,
     mode: Mode,
     seed: u64,
+    shard_index: u64,
+    shard_count: u64,
     step: u64,
 }
 
 impl Sampler {
-    /// A sampler positioned at step 0.
+    /// An unsharded sampler positioned at step 0.
     pub fn new(
         length: u64,
         batch_size: usize,
@@ -42,7 +53,42 @@ impl Sampler {
             batch_size,
             mode,
             seed,
+            shard_index: 0,
+            shard_count: 1,
             step: 0,
+        })
+    }
+
+    /// This sampler restricted to shard `index` of `count`: each batch is
+    /// the `index`-th of `count` equal, contiguous parts of the global
+    /// batch. `with_shard(0, 1)` is the unsharded sampler.
+    ///
+    /// ```
+    /// use zsampler::{Mode, Sampler};
+    ///
+    /// let global = Sampler::new(100, 8, Mode::Shuffle, 3).unwrap();
+    /// let parts: Vec<u64> = (0..4)
+    ///     .flat_map(|i| global.clone().with_shard(i, 4).unwrap().batch(5))
+    ///     .collect();
+    /// assert_eq!(parts, global.batch(5));
+    /// ```
+    pub fn with_shard(self, index: u64, count: u64) -> Result<Sampler, SamplerError> {
+        if count == 0 {
+            return Err(SamplerError::ZeroShardCount);
+        }
+        if index >= count {
+            return Err(SamplerError::ShardIndexOutOfRange { index, count });
+        }
+        if self.batch_size as u64 % count != 0 {
+            return Err(SamplerError::BatchNotDivisible {
+                batch_size: self.batch_size,
+                count,
+            });
+        }
+        Ok(Sampler {
+            shard_index: index,
+            shard_count: count,
+            ..self
         })
     }
 
@@ -51,9 +97,25 @@ impl Sampler {
         self.length
     }
 
-    /// Number of indices per batch.
+    /// The global batch size: indices per step over all shards.
     pub fn batch_size(&self) -> usize {
         self.batch_size
+    }
+
+    /// Indices per batch of this shard (`batch_size / shard_count`): the
+    /// length of every batch this sampler produces.
+    pub fn local_batch_size(&self) -> usize {
+        self.batch_size / self.shard_count as usize
+    }
+
+    /// This sampler's shard, `0..shard_count` (0 when unsharded).
+    pub fn shard_index(&self) -> u64 {
+        self.shard_index
+    }
+
+    /// How many shards split each global batch (1 when unsharded).
+    pub fn shard_count(&self) -> u64 {
+        self.shard_count
     }
 
     /// The sampling mode.
@@ -87,7 +149,7 @@ impl Sampler {
 
     /// The batch of `step`, independent of the cursor.
     pub fn batch(&self, step: u64) -> Vec<u64> {
-        let mut out = vec![0; self.batch_size];
+        let mut out = vec![0; self.local_batch_size()];
         self.batch_into(step, &mut out);
         out
     }
@@ -95,12 +157,12 @@ impl Sampler {
     /// Writes the batch of `step` into `out`, independent of the cursor.
     ///
     /// # Panics
-    /// If `out.len() != batch_size`.
+    /// If `out.len() != local_batch_size()`.
     pub fn batch_into(&self, step: u64, out: &mut [u64]) {
         assert_eq!(
             out.len(),
-            self.batch_size,
-            "output buffer length must equal the batch size"
+            self.local_batch_size(),
+            "output buffer length must equal the (local) batch size"
         );
         match self.mode {
             Mode::Sequential => self.sequential_into(step, out),
@@ -109,11 +171,20 @@ impl Sampler {
         }
     }
 
-    /// Global position of the first index of `step`, as (epoch, offset)
-    /// with `step * batch_size == epoch * length + offset`. Computed in
-    /// `u128`, which cannot overflow: `u64::MAX * u64::MAX < u128::MAX`.
+    /// Position of this shard's first index of `step` within the global
+    /// batch.
+    fn first_in_batch(&self) -> u64 {
+        self.shard_index * self.local_batch_size() as u64
+    }
+
+    /// Global position of this shard's first index of `step`, as
+    /// (epoch, offset) with
+    /// `step * batch_size + first_in_batch == epoch * length + offset`.
+    /// Computed in `u128`, which cannot overflow:
+    /// `u64::MAX * u64::MAX + u64::MAX < u128::MAX`.
     fn start_of(&self, step: u64) -> (u128, u64) {
-        let position = u128::from(step) * self.batch_size as u128;
+        let position =
+            u128::from(step) * self.batch_size as u128 + u128::from(self.first_in_batch());
         let length = u128::from(self.length);
         (position / length, (position % length) as u64)
     }
@@ -130,9 +201,10 @@ impl Sampler {
     }
 
     fn iid_into(&self, step: u64, out: &mut [u64]) {
-        // Keyed by (step, position within the batch), so every draw has its
-        // own coordinates and needs no generator state.
-        for (position, slot) in (0u64..).zip(out) {
+        // Keyed by (step, position within the global batch), so every draw
+        // has its own coordinates and needs no generator state, and a shard
+        // draws exactly its part of the global batch.
+        for (position, slot) in (self.first_in_batch()..).zip(out) {
             *slot = uniform_below(self.length, |attempt| {
                 hash(self.seed, &[IID_STREAM, step, position, attempt])
             });
@@ -206,6 +278,30 @@ mod tests {
             sampler.start_of(u64::MAX),
             (position / 7, (position % 7) as u64)
         );
+    }
+
+    #[test]
+    fn shard_arguments_are_checked() {
+        let s = Sampler::new(10, 6, Mode::Iid, 0).unwrap();
+        assert_eq!(
+            s.clone().with_shard(0, 0),
+            Err(SamplerError::ZeroShardCount)
+        );
+        assert_eq!(
+            s.clone().with_shard(3, 3).unwrap_err(),
+            SamplerError::ShardIndexOutOfRange { index: 3, count: 3 }
+        );
+        assert_eq!(
+            s.clone().with_shard(0, 4).unwrap_err(),
+            SamplerError::BatchNotDivisible {
+                batch_size: 6,
+                count: 4
+            }
+        );
+        let shard = s.with_shard(2, 3).unwrap();
+        assert_eq!((shard.batch_size(), shard.local_batch_size()), (6, 2));
+        assert_eq!((shard.shard_index(), shard.shard_count()), (2, 3));
+        assert_eq!(shard.first_in_batch(), 4);
     }
 
     #[test]

@@ -186,3 +186,54 @@ fn iterator_is_endless() {
     assert_eq!(sampler.size_hint(), (usize::MAX, None));
     assert_eq!(sampler.skip(1000).take(5).count(), 5);
 }
+
+#[test]
+fn shards_partition_every_global_batch_in_order() {
+    for mode in MODES {
+        for (length, batch_size) in [(1, 4), (10, 4), (97, 12), (5, 12), (1000, 64)] {
+            let global = Sampler::new(length, batch_size, mode, 11).unwrap();
+            for count in [1u64, 2, 4] {
+                let shards: Vec<Sampler> = (0..count)
+                    .map(|i| global.clone().with_shard(i, count).unwrap())
+                    .collect();
+                for step in (0..30).chain([u64::MAX - 1, u64::MAX]) {
+                    let joined: Vec<u64> = shards.iter().flat_map(|s| s.batch(step)).collect();
+                    assert_eq!(
+                        joined,
+                        global.batch(step),
+                        "{mode:?} {length} {count} {step}"
+                    );
+                    for s in &shards {
+                        assert_eq!(s.batch(step).len(), batch_size / count as usize);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_sharded_sampler_seeks_and_iterates_like_any_other() {
+    let mut shard = Sampler::new(1000, 8, Mode::Shuffle, 5)
+        .unwrap()
+        .with_shard(1, 2)
+        .unwrap();
+    let first: Vec<Vec<u64>> = (&mut shard).take(5).collect();
+    shard.seek(3);
+    assert_eq!(shard.next_batch(), first[3]);
+    assert_eq!(shard.step(), 4);
+}
+
+#[test]
+fn shard_errors_are_reported() {
+    let s = Sampler::new(10, 6, Mode::Iid, 0).unwrap();
+    assert_eq!(
+        s.clone().with_shard(0, 4),
+        Err(SamplerError::BatchNotDivisible {
+            batch_size: 6,
+            count: 4
+        })
+    );
+    assert!(s.clone().with_shard(2, 2).is_err());
+    assert!(s.with_shard(0, 0).is_err());
+}

@@ -1,0 +1,143 @@
+"""The transform pool: transforms run off the consumer's thread, ahead of it,
+on `transform_workers` Python threads; results come in step order and
+exceptions reach the consumer at their step with their traceback."""
+
+import threading
+import time
+import traceback
+
+import numpy as np
+import pytest
+
+from loaderx import DataLoader, Dataset
+
+N = 400
+
+
+@pytest.fixture
+def ids(tmp_path):
+    ds = Dataset.write(tmp_path / "ids", np.arange(N, dtype=np.int64), durable=False)
+    ls = Dataset.write(tmp_path / "sq", np.arange(N, dtype=np.int64) ** 2, durable=False)
+    yield ds, ls
+    ds.close()
+    ls.close()
+
+
+def transform_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("loaderx-transform")]
+
+
+def test_the_transform_runs_off_the_consumer_thread_by_default(ids):
+    ds, ls = ids
+    where = []
+
+    def transform(pair):
+        where.append(threading.get_ident())
+        return pair
+
+    with DataLoader(ds, ls, batch_size=8, transform=transform) as loader:
+        next(loader)
+        assert len(transform_threads()) == 1
+    assert where and threading.get_ident() not in where
+    where.clear()
+    with DataLoader(ds, ls, batch_size=8, transform=transform, transform_workers=0) as loader:
+        next(loader)
+        assert transform_threads() == []
+    assert where == [threading.get_ident()]
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_results_come_in_step_order_whatever_the_transform_times(ids, workers):
+    ds, ls = ids
+    rng = np.random.default_rng(0)
+    delays = rng.uniform(0, 0.004, size=1000)
+
+    def transform(pair):
+        x, y = pair
+        time.sleep(delays[int(x[0]) % 1000])
+        return x, y + 1
+
+    with DataLoader(ds, ls, batch_size=10, mode=0, transform=transform,
+                    transform_workers=workers) as loader:
+        for step in range(60):
+            batch = next(loader)
+            start = step * 10 % N
+            assert np.array_equal(batch["data"], np.arange(start, start + 10))
+            assert np.array_equal(batch["label"], np.arange(start, start + 10) ** 2 + 1)
+        assert len(transform_threads()) == workers
+
+
+def test_the_pool_overlaps_the_transform_with_the_consumer(ids):
+    ds, ls = ids
+
+    def slow(pair):
+        time.sleep(0.02)
+        return pair
+
+    def run(workers):
+        with DataLoader(ds, ls, batch_size=8, transform=slow,
+                        transform_workers=workers) as loader:
+            next(loader)
+            started = time.monotonic()
+            for _ in range(15):
+                next(loader)
+                time.sleep(0.02)  # the consumer's own work
+            return time.monotonic() - started
+
+    inline, pooled = run(0), run(2)
+    assert inline > 0.55  # 15 * (20 + 20) ms
+    assert pooled < 0.8 * inline, (inline, pooled)
+
+
+def test_an_exception_reaches_the_consumer_with_its_traceback(ids):
+    ds, ls = ids
+
+    def failing_transform(pair):
+        x, y = pair
+        if x[0] == 30:
+            raise ValueError(f"cannot transform the batch starting at {x[0]}")
+        return pair
+
+    for workers in (0, 1, 3):
+        with DataLoader(ds, ls, batch_size=10, mode=0, transform=failing_transform,
+                        transform_workers=workers) as loader:
+            for _ in range(3):
+                next(loader)
+            with pytest.raises(ValueError, match="starting at 30") as info:
+                next(loader)
+            frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+            assert "failing_transform" in frames  # the transform's own frame
+            assert "__next__" in frames  # continued by the consumer's call
+            if hasattr(info.value, "__notes__"):
+                assert any("step 3" in n for n in info.value.__notes__)
+            # The loader carries on with the next step.
+            assert next(loader)["data"][0] == 40
+            assert loader.step == 5
+
+
+def test_the_pool_reads_the_native_loader_ahead_but_boundedly(ids):
+    ds, ls = ids
+    calls = []
+
+    def transform(pair):
+        calls.append(int(pair[0][0]))
+        return pair
+
+    with DataLoader(ds, ls, batch_size=1, mode=0, transform=transform, transform_workers=2,
+                    prefetch_size=2) as loader:
+        next(loader)
+        time.sleep(0.2)
+        # Delivered 1; the pool may hold workers + 1 steps beyond it.
+        assert 1 < len(calls) <= 1 + 3
+        assert calls == sorted(calls) or len(set(calls)) == len(calls)
+
+
+def test_transform_workers_is_checked(ids):
+    ds, ls = ids
+    with pytest.raises(ValueError, match="transform_workers"):
+        DataLoader(ds, ls, transform_workers=-1)
+    with pytest.raises(TypeError, match="transform_workers"):
+        DataLoader(ds, ls, transform_workers=1.5)
+    # A pool without a transform is allowed (it assembles the batches).
+    with DataLoader(ds, ls, batch_size=4, mode=0, transform_workers=2) as loader:
+        assert np.array_equal(next(loader)["data"], [0, 1, 2, 3])
