@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The loaderx benchmark harness: one command sets everything up and runs it.
+#
+#   bash bench/run.sh            # full run (~20 min on 2 cores); writes docs/benchmarks.{md,png}
+#   bash bench/run.sh --quick    # smoke test (~3 min): small N, 1 s timings; writes bench/out/ only
+#
+# Other flags go to bench/harness.py (see `bench/.venv/bin/python bench/harness.py --help`),
+# e.g. --systems ours,numpy_ram --workloads A --repeats 5.
+#
+# What it sets up (each step skipped when already done):
+#   bench/.venv    numpy, matplotlib, the peers (lmdb, h5py, pyarrow, array-record, grain)
+#                  and our loaderx, built as a release wheel from this checkout with maturin
+#                  and installed (a copy, so edits made while it runs do not leak in);
+#   .ref050-venv   loaderx 0.5.0 from PyPI (scripts/ref050-venv.sh), run only in its own
+#                  subprocesses, never imported here;
+#   bench/out/     generated datasets (cached), stores, raw results (results.json).
+# A peer that fails to install is recorded in bench/out/install.json and reported as
+# NOT INSTALLED in the output, not silently dropped.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+VENV="$ROOT/bench/.venv"
+OUT="$ROOT/bench/out"
+PY="${PYTHON:-python3}"
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+
+log() { echo "bench: $*" >&2; }
+mkdir -p "$OUT"
+
+# 1. The bench venv and its third-party packages, one by one so that one
+#    failure does not hide the others.
+if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    "$PY" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+declare -A MODULE=(
+    [numpy]=numpy [matplotlib]=matplotlib [maturin]=maturin
+    [lmdb]=lmdb [h5py]=h5py [pyarrow]=pyarrow
+    [array-record]=array_record.python.array_record_module [grain]=grain
+)
+INSTALL_JSON="$OUT/install.json"
+status=()
+for pkg in numpy matplotlib maturin lmdb h5py pyarrow array-record grain; do
+    mod=${MODULE[$pkg]}
+    if [ "$pkg" = maturin ]; then check=(test -x "$VENV/bin/maturin"); else check=("$VPY" -c "import $mod"); fi
+    if ! "${check[@]}" >/dev/null 2>&1; then
+        log "installing $pkg"
+        if ! "$VPY" -m pip install --quiet --timeout 60 --retries 2 "$pkg" >"$OUT/pip-$pkg.log" 2>&1; then
+            log "FAILED to install $pkg (see $OUT/pip-$pkg.log)"
+        fi
+    fi
+    if "${check[@]}" >/dev/null 2>&1; then
+        status+=("\"$pkg\": \"ok\"")
+    else
+        status+=("\"$pkg\": \"failed: $(tail -n 1 "$OUT/pip-$pkg.log" 2>/dev/null | tr -d '"\\' | cut -c1-200)\"")
+    fi
+done
+
+# 2. Our loaderx: a release wheel of this checkout, rebuilt when a build input changed.
+build_inputs_hash() {
+    {
+        "$VPY" -c 'import sys; print(sys.version)'
+        rustc -V
+        find pyproject.toml Cargo.toml Cargo.lock crates python \
+            -type f \( -name '*.rs' -o -name '*.toml' -o -name '*.lock' -o -name '*.py' \
+                       -o -name '*.pyi' -o -name '*.typed' \) \
+            -not -path '*/target/*' -print0 2>/dev/null \
+            | LC_ALL=C sort -z | xargs -0 sha256sum
+    } | sha256sum | cut -d' ' -f1
+}
+STAMP="$VENV/.loaderx-build"
+want=$(build_inputs_hash)
+if [ "$want" != "$(cat "$STAMP" 2>/dev/null || true)" ] || ! "$VPY" -c 'import loaderx._native' 2>/dev/null; then
+    log "building our loaderx wheel (maturin build --release)"
+    rm -rf "$OUT/wheel" "$STAMP"
+    (
+        unset CONDA_PREFIX VIRTUAL_ENV
+        "$VENV/bin/maturin" build --release --quiet --interpreter "$VPY" --out "$OUT/wheel"
+    )
+    "$VPY" -m pip install --quiet --force-reinstall --no-deps "$OUT"/wheel/loaderx-*.whl
+    echo "$want" > "$STAMP"
+fi
+if "$VPY" -c 'import loaderx._native' >/dev/null 2>&1; then
+    status+=("\"loaderx (ours)\": \"ok\"")
+else
+    status+=("\"loaderx (ours)\": \"failed to build or import\"")
+fi
+
+# 3. loaderx 0.5.0 in its own venv.
+bash scripts/ref050-venv.sh >&2 || true
+if [ -x .ref050-venv/bin/python ] && .ref050-venv/bin/python -c 'import loaderx' >/dev/null 2>&1; then
+    status+=("\"loaderx==0.5.0\": \"ok\"")
+else
+    status+=("\"loaderx==0.5.0\": \"failed to install (scripts/ref050-venv.sh)\"")
+fi
+( IFS=,; echo "{${status[*]}}" ) > "$INSTALL_JSON"
+
+# 4. Run. The harness itself only orchestrates: every system runs in its own subprocess.
+exec "$VPY" bench/harness.py "$@"
