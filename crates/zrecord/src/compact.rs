@@ -55,8 +55,13 @@ impl Store {
         let _sole = crate::lock::exclusive(self.meta.file(), self.meta.path())?;
         let before = self.stats();
         let header = self.meta.header();
-        let mut order: Vec<(u64, usize)> = (0..header.length as usize)
-            .map(|i| (self.meta.entry(i).physical_start(), i))
+        // By start, then length: an empty record shares its start with the
+        // record appended after it and must come first.
+        let mut order: Vec<(u64, u32, usize)> = (0..header.length as usize)
+            .map(|i| {
+                let loc = self.meta.entry(i);
+                (loc.physical_start(), loc.phys_length, i)
+            })
             .collect();
         order.sort_unstable();
 
@@ -68,7 +73,7 @@ impl Store {
         let mut group_bytes = 0;
         let mut moved = 0;
         let mut finished = true;
-        for (start, index) in order {
+        for (start, _, index) in order {
             let loc = self.meta.entry(index);
             if start < prev_end {
                 return Err(self.corrupt(index, loc, "its bytes overlap another record's"));

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::checksum_file::{Checksum, ChecksumFile, CHECKSUM_SLOT_LEN};
 use crate::error::{io_error, Error, Result};
 use crate::io_hook::{announce, Hook, IoEvent};
+use crate::limits::MAX_RECORDS;
 use crate::meta_file::MetaFile;
 use crate::record_table::{RecordLoc, ENTRY_LEN};
 
@@ -161,15 +162,32 @@ pub(crate) fn recover(dir: &Path, meta: &MetaFile, checksums: Option<&ChecksumFi
         // Torn while being written: the delete never started.
         return remove(dir, meta.hook());
     };
+    let refuse = |reason: String| {
+        Err(Error::NotAStore {
+            path: path.clone(),
+            reason,
+        })
+    };
     let length = meta.length();
     if length != plan.old_length && length != plan.new_length {
-        return Err(Error::NotAStore {
-            path,
-            reason: format!(
-                "delete journal is for a store of {} records, the header says {length}",
-                plan.old_length
-            ),
-        });
+        return refuse(format!(
+            "delete journal is for a store of {} records, the header says {length}",
+            plan.old_length
+        ));
+    }
+    // A checksum only proves the journal is whole; a delete also never grows
+    // the store and only rewrites slots below its new length.
+    if plan.new_length > plan.old_length || plan.old_length as usize > MAX_RECORDS {
+        return refuse(format!(
+            "delete journal takes the store from {} to {} records",
+            plan.old_length, plan.new_length
+        ));
+    }
+    if let Some(&(slot, ..)) = plan.moves.iter().find(|m| m.0 >= plan.new_length) {
+        return refuse(format!(
+            "delete journal rewrites slot {slot}, past the new length {}",
+            plan.new_length
+        ));
     }
     apply(dir, meta, checksums, &plan)
 }

@@ -15,8 +15,27 @@ use crate::record_table::RecordLoc;
 use crate::store::Store;
 use crate::thread_pool::{pool, shard_count};
 
-/// Below this many bytes per worker a batch is gathered on the calling thread.
+/// Below this much work per worker a batch is gathered on the calling
+/// thread. Work is counted in bytes copied; decoding costs more per byte.
 const MIN_SHARD_BYTES: u64 = 128 << 10;
+/// How many copied bytes decoding one compressed byte is worth, roughly:
+/// inflating runs near 1 GB/s, copying near 10.
+const DECODE_WEIGHT: u64 = 8;
+
+/// Mapped chunk pages a store may add to the resident set before it drops
+/// its mappings (the page cache keeps the data; re-mapping it is a minor
+/// fault per 64 KiB). Bounds a long-running loader's RSS.
+const RESIDENT_BUDGET: u64 = 32 << 20;
+
+/// The work a record adds to a batch, in copied-byte equivalents.
+fn work(loc: &RecordLoc) -> u64 {
+    let weight = if loc.codec == crate::codec::Codec::Raw.tag() {
+        1
+    } else {
+        DECODE_WEIGHT
+    };
+    loc.logic_length as u64 * weight
+}
 
 /// The caller's destination, shared by workers that write disjoint ranges.
 #[derive(Clone, Copy)]
@@ -44,7 +63,7 @@ impl Store {
     /// Bytes of a slot past its record's length are left as they were.
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
         let len = self.meta.length();
-        let mut total = 0u64;
+        let (mut total, mut stored) = (0u64, 0u64);
         for (k, loc) in self.locate(idxs, len)?.enumerate() {
             let logic = loc.logic_length as u64;
             let end = (k as u64)
@@ -56,8 +75,10 @@ impl Store {
             if end.is_none_or(|end| end > dst.len() as u64) {
                 return Err(self.too_small(idxs[k], end.unwrap_or(u64::MAX), dst.len() as u64));
             }
-            total += logic;
+            total += work(&loc);
+            stored += loc.phys_length as u64;
         }
+        self.account_resident(stored);
         let shards = shard_count(idxs.len(), total, MIN_SHARD_BYTES);
         let per = idxs.len().div_ceil(shards.max(1)).max(1);
         let block = |(idxs, dst): (&[u64], &mut [u8])| -> Result<()> {
@@ -100,7 +121,7 @@ impl Store {
             )));
         }
         let len = self.meta.length();
-        let mut total = 0u64;
+        let (mut total, mut stored) = (0u64, 0u64);
         let mut ordered = true;
         let mut prev_end = 0u64;
         for (k, loc) in self.locate(idxs, len)?.enumerate() {
@@ -113,8 +134,10 @@ impl Store {
                 ordered &= offsets[k] >= prev_end;
                 prev_end = offsets[k] + logic;
             }
-            total += logic;
+            total += work(&loc);
+            stored += loc.phys_length as u64;
         }
+        self.account_resident(stored);
         if !ordered {
             self.check_disjoint(idxs, offsets)?;
         }
@@ -142,6 +165,23 @@ impl Store {
                 .zip(offsets.par_chunks(per))
                 .try_for_each(block)
         })
+    }
+
+    /// Counts mapped bytes a gather is about to touch; past the budget, the
+    /// chunk mappings are dropped from the resident set first.
+    fn account_resident(&self, bytes: u64) {
+        use std::sync::atomic::Ordering;
+        let before = self.touched.fetch_add(bytes, Ordering::Relaxed);
+        if before + bytes >= RESIDENT_BUDGET
+            && self
+                .touched
+                .compare_exchange(before + bytes, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            for chunk in self.chunks.opened() {
+                chunk.release_pages();
+            }
+        }
     }
 
     /// Fails when two non-empty destination ranges overlap.
@@ -216,20 +256,28 @@ impl Store {
                 loc.chunk_id
             )));
         }
-        let chunk = match self.chunks.get(loc.chunk_id) {
-            Ok(chunk) => chunk,
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                return Err(corrupt(format!("chunk file {} is missing", loc.chunk_id)))
-            }
-            Err(e) => return Err(e),
+        // A record with no stored bytes needs no chunk file: an append of
+        // only empty records creates none.
+        let chunk = match loc.phys_length {
+            0 => None,
+            _ => match self.chunks.get(loc.chunk_id) {
+                Ok(chunk) => Some(chunk),
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(corrupt(format!("chunk file {} is missing", loc.chunk_id)))
+                }
+                Err(e) => return Err(e),
+            },
         };
-        let stored = chunk.read(loc.offset, loc.phys_length).ok_or_else(|| {
-            corrupt(format!(
-                "{} stored bytes run past the end of {}",
-                loc.phys_length,
-                chunk.path().display()
-            ))
-        })?;
+        let stored = match &chunk {
+            None => &[][..],
+            Some(chunk) => chunk.read(loc.offset, loc.phys_length).ok_or_else(|| {
+                corrupt(format!(
+                    "{} stored bytes run past the end of {}",
+                    loc.phys_length,
+                    chunk.path().display()
+                ))
+            })?,
+        };
         decode(loc.codec, stored, slot).map_err(&corrupt)?;
         match &self.checksums {
             Some(checksums) if verify => match checksums.get(index as usize).mismatch(&loc, slot) {

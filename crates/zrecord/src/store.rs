@@ -7,7 +7,7 @@ use crate::checksum_file::{Checksum, ChecksumFile};
 use crate::chunk_file::ChunkFiles;
 use crate::error::{Error, Result};
 use crate::io_hook::IoHook;
-use crate::limits::CHUNK_CAPACITY;
+use crate::limits::{CHUNK_CAPACITY, MAX_RECORD_LEN};
 use crate::meta_file::MetaFile;
 use crate::record_table::RecordLoc;
 
@@ -65,6 +65,8 @@ pub struct Store {
     pub(crate) checksums: Option<ChecksumFile>,
     /// Whether gathers check records against their checksums.
     pub(crate) verify_reads: bool,
+    /// Mapped bytes gathered since the chunk mappings were last dropped.
+    pub(crate) touched: std::sync::atomic::AtomicU64,
     /// Serialises appends from the moment they pick positions until their
     /// length is published.
     pub(crate) writer: Mutex<()>,
@@ -112,6 +114,7 @@ impl Store {
         let mut store = Store {
             chunks: ChunkFiles::new(&dir, options.io_hook.clone()),
             verify_reads: options.checksums,
+            touched: std::sync::atomic::AtomicU64::new(0),
             checksums,
             meta,
             writer: Mutex::new(()),
@@ -134,7 +137,7 @@ impl Store {
         let existing = (0..self.len())
             .map(|i| {
                 let loc = self.meta.entry(i);
-                scratch.resize(loc.logic_length as usize, 0);
+                scratch.resize((loc.logic_length as usize).min(MAX_RECORD_LEN), 0);
                 self.decode_into(i as u64, loc, &mut scratch)?;
                 Ok(Checksum::new(crc32c::crc32c(&scratch), &loc))
             })

@@ -11,6 +11,16 @@ use zrecord::{Codec, Error, Store};
 
 const HOLDER_ENV: &str = "ZRECORD_TEST_HOLD_STORE";
 
+/// Taken by every test that opens a store. A child spawned by one test
+/// inherits, until its exec, the descriptions of the stores another test
+/// has open, and with them their locks: that test would then see its store
+/// open elsewhere, which is true for those microseconds.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Not a test of its own: the child process of the kill test. It opens the
 /// store the environment names, commits a record and waits to be killed.
 #[test]
@@ -38,6 +48,7 @@ fn filled(path: &std::path::Path) -> Store {
 
 #[test]
 fn delete_and_compact_need_the_only_handle() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.zr");
     let mut first = filled(&path);
@@ -61,6 +72,7 @@ fn delete_and_compact_need_the_only_handle() {
 
 #[test]
 fn a_killed_process_never_blocks_the_store() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.zr");
     let mut store = filled(&path);

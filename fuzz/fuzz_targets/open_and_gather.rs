@@ -1,0 +1,65 @@
+//! Untrusted store files: arbitrary bytes become the header and first table
+//! entries of a sparse `meta.zr`, up to three chunk files and optionally a
+//! `delete.journal` (see `zrecord_fuzz::Image`). Opening may fail and any
+//! record may be refused, but nothing may panic, and no gather may write
+//! outside a record's slot of the destination. Depending on the flags the
+//! store then takes an append, a delete or a compaction, and is read again.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use zrecord::{AppendOptions, Codec, Store, StoreOptions, HEADER_LEN};
+use zrecord_fuzz::{flag, read_guarded, Image, FUZZ_CHUNK_CAPACITY};
+
+/// Creating the sidecar decodes every record: for a fuzzed length of up to
+/// 2^24 that is slow, not wrong, so checksums are only tried on short stores.
+const MAX_CHECKSUMMED_LENGTH: u32 = 4096;
+
+/// Whether the image is opened with checksums.
+fn with_checksums(image: &Image) -> bool {
+    let length = image
+        .meta_prefix
+        .get(HEADER_LEN - 4..HEADER_LEN)
+        .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()));
+    image.flags & flag::CHECKSUMS != 0 && length <= MAX_CHECKSUMMED_LENGTH
+}
+
+fuzz_target!(|data: &[u8]| {
+    let image = Image::parse(data);
+    let dir = tempfile::tempdir().unwrap();
+    let path = image.write(dir.path());
+    let options = StoreOptions {
+        create: false,
+        chunk_capacity: FUZZ_CHUNK_CAPACITY,
+        checksums: with_checksums(&image),
+        ..StoreOptions::default()
+    };
+    let Ok(mut store) = Store::open_with(&path, &options) else {
+        return;
+    };
+    read_guarded(&store);
+    let _ = store.stats();
+    if image.flags & flag::APPEND != 0 {
+        let codec = Codec::ALL[image.journal.len() % 4];
+        let record = vec![image.flags; 700];
+        let options = AppendOptions {
+            codec,
+            durable: false,
+        };
+        let _ = store.append(&[&record, b"x"], &options);
+        read_guarded(&store);
+    }
+    if image.flags & flag::DELETE != 0 && !store.is_empty() {
+        let _ = store.delete(&[0]);
+        read_guarded(&store);
+    }
+    if image.flags & flag::COMPACT != 0 {
+        let _ = store.compact();
+        read_guarded(&store);
+        let _ = store.verify();
+    }
+    drop(store);
+    // Whatever happened, the files still open (or are refused) cleanly.
+    if let Ok(store) = Store::open_with(&path, &options) {
+        read_guarded(&store);
+    }
+});

@@ -1,0 +1,102 @@
+//! Writes seed inputs for `open_and_gather` from real stores, so the fuzzer
+//! starts from valid headers, entries, compressed streams and journals
+//! instead of having to find them:
+//!
+//!     cargo run --release --bin make_seeds -- corpus/open_and_gather
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use zrecord::{AppendOptions, Codec, IoEvent, IoHook, Store, StoreOptions};
+use zrecord_fuzz::{flag, Image};
+
+/// Refuses the removal of the delete journal, so a delete leaves it behind.
+struct KeepJournal(AtomicBool);
+
+impl IoHook for KeepJournal {
+    fn before(&self, event: &IoEvent<'_>) -> io::Result<()> {
+        match event {
+            IoEvent::FileRemove { .. } if self.0.load(Ordering::Relaxed) => {
+                Err(io::Error::other("keep the journal"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn records(seed: u64, n: usize) -> Vec<Vec<u8>> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|i| {
+            let len = [0, 1, 40, 300, 1200, 3000][i % 6];
+            let mut b = (x >> 7) as u8;
+            (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if i % 3 == 2 {
+                        x as u8
+                    } else {
+                        b = b.wrapping_add((x % 3) as u8);
+                        b
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn main() {
+    let out = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "corpus/open_and_gather".into());
+    std::fs::create_dir_all(&out).unwrap();
+    let mut written = 0;
+    for (s, codec) in Codec::ALL.into_iter().enumerate() {
+        for variant in 0..4u8 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s.zr");
+            let hook = Arc::new(KeepJournal(AtomicBool::new(false)));
+            let options = StoreOptions {
+                chunk_capacity: 6000,
+                io_hook: Some(hook.clone()),
+                ..StoreOptions::default()
+            };
+            let mut store = Store::open_with(&path, &options).unwrap();
+            let recs = records(s as u64 * 31 + variant as u64, 10);
+            let slices: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+            let append = AppendOptions {
+                codec,
+                durable: false,
+            };
+            store.append(&slices, &append).unwrap();
+            let flags = match variant {
+                0 => 0,
+                1 => {
+                    store.delete(&[1, 4]).unwrap();
+                    flag::COMPACT | flag::APPEND
+                }
+                2 => {
+                    // The journal stays: the delete fails at its last step.
+                    hook.0.store(true, Ordering::Relaxed);
+                    assert!(store.delete(&[0, 7, 9]).is_err());
+                    flag::DELETE
+                }
+                _ => flag::CHECKSUMS | flag::APPEND,
+            };
+            drop(store);
+            let Some(image) = Image::of_store(&path, flags) else {
+                eprintln!("{codec:?}/{variant}: does not fit an image");
+                continue;
+            };
+            let bytes = image.encode();
+            assert_eq!(Image::parse(&bytes).chunks, image.chunks);
+            let name = format!("{out}/seed-{}-{variant}", codec.name());
+            std::fs::write(name, bytes).unwrap();
+            written += 1;
+        }
+    }
+    println!("wrote {written} seeds to {out}");
+}
