@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Run every check the project has, in the order CI runs them:
 #   setup -> cargo fmt --check -> clippy -D warnings -> cargo test (debug)
-#   -> cargo test (release) -> reference venv (best effort) -> pytest tests/
+#   -> cargo test (release) -> reference venv, jax (best effort) -> pytest tests/
 # Stops at the first failure and says which step failed.
 #
 #   scripts/test.sh                 # everything
 #   SKIP_REF050=1 scripts/test.sh   # do not try to fetch loaderx 0.5.0 from PyPI
+#   SKIP_JAX=1 scripts/test.sh      # do not try to install jax for its tests
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -43,6 +44,17 @@ if [ "${SKIP_REF050:-0}" != 1 ]; then
     echo
     echo "==> [$((SECONDS - START))s] reference venv: bash scripts/ref050-venv.sh (best effort)"
     bash scripts/ref050-venv.sh || echo "reference venv: unavailable, compat tests will skip"
+fi
+
+if [ "${SKIP_JAX:-0}" != 1 ]; then
+    # Best effort: JAX (CPU) for the device-hand-off tests, which skip
+    # without it. A test dependency only; the package needs numpy alone.
+    CURRENT="test extras"
+    echo
+    echo "==> [$((SECONDS - START))s] test extras: jax (best effort)"
+    .venv/bin/python -c 'import jax' 2>/dev/null \
+        || .venv/bin/python -m pip install --quiet --disable-pip-version-check jax \
+        || echo "test extras: jax unavailable, its tests will skip"
 fi
 
 run_pytest() {
