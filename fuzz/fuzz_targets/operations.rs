@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use zrecord_fuzz::common::read_all;
 use zrecord::{AppendOptions, Codec, Error, IoEvent, IoHook, Store, StoreOptions};
 
 /// Fails the event whose number (from 0, counted since it was armed) is
@@ -145,26 +146,6 @@ impl Run {
         Store::open_with(self.path(), &self.options)
             .unwrap_or_else(|e| panic!("reopening without faults failed: {e}"))
     }
-}
-
-fn read_all(store: &Store) -> Vec<Vec<u8>> {
-    let idxs: Vec<u64> = (0..store.len() as u64).collect();
-    let lens = store.lengths(&idxs).unwrap();
-    let mut offsets = Vec::with_capacity(lens.len());
-    let mut total = 0u64;
-    for &l in &lens {
-        offsets.push(total);
-        total += l as u64;
-    }
-    let mut dst = vec![0u8; total as usize];
-    store
-        .gather_ragged(&idxs, &mut dst, &offsets)
-        .unwrap_or_else(|e| panic!("reading the store back failed: {e}"));
-    offsets
-        .iter()
-        .zip(&lens)
-        .map(|(&o, &l)| dst[o as usize..o as usize + l as usize].to_vec())
-        .collect()
 }
 
 fn check_stats(store: &Store, model: &[Vec<u8>]) {

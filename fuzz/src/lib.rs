@@ -6,6 +6,11 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+/// The integration tests' helpers (record generators, whole-store reads),
+/// shared rather than copied.
+#[path = "../../crates/zrecord/tests/common/mod.rs"]
+pub mod common;
+
 use zrecord::{
     chunk_file_name, Store, CHECKSUM_FILE_NAME, ENTRY_LEN, HEADER_LEN, JOURNAL_FILE_NAME,
     MAX_RECORDS, MAX_RECORD_LEN, META_FILE_LEN, META_FILE_NAME,

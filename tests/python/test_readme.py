@@ -87,3 +87,33 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch, capsys):
     kept = {data[i].tobytes() for i in range(1000) if i not in (7, 12, 40)}
     assert {s.tobytes() for s in ns["ds"][:]} == kept
     ns["ds"].close()
+
+
+def _our_readme():
+    return Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_our_readme_python_blocks_run_and_print_what_they_say(tmp_path, monkeypatch, capsys):
+    """Every ```python block of this repository's README runs, in order, in
+    one namespace, and each ``print(...)  # value`` line prints that value
+    (``...`` in it matches anything)."""
+    blocks = re.findall(r"```python\n(.*?)```", _our_readme().read_text(), re.S)
+    assert len(blocks) >= 4
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), ns)
+        printed = capsys.readouterr().out.splitlines()
+        said = [
+            m.group(1).strip()
+            for m in re.finditer(r"^\s*print\(.*\)\s*#\s*(.+)$", block, re.M)
+        ]
+        assert len(said) == len(printed), f"README block prints {printed}, says {said}"
+        for want, got in zip(said, printed):
+            pattern = ".*".join(re.escape(part) for part in want.split("..."))
+            assert re.fullmatch(pattern, got), f"README says {want!r}, printed {got!r}"
+    for value in ns.values():
+        if not isinstance(value, type) and hasattr(value, "close") and hasattr(value, "closed"):
+            value.close()
+    gc.collect()
+    assert loader_threads() == []

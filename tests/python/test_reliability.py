@@ -76,3 +76,116 @@ def test_pickled_dataset_keeps_its_checksum_setting(tmp_path):
         np.testing.assert_array_equal(copy[:], np.arange(10, dtype=np.int16))
     finally:
         copy.close()
+
+
+# -- across processes ----------------------------------------------------------
+
+#: Bytes per record of the multi-process tests: (writer, seq) and filler.
+_REC = 48
+
+
+def _record(writer, seq):
+    head = np.array([writer, seq], dtype="<u4").tobytes()
+    return head + bytes([(writer * 31 + seq) % 251]) * (_REC - len(head))
+
+
+def _append_many(path, writer, batches, per_batch, busy_counter, go):
+    """A writer process: appends `batches` batches, retrying when the other
+    writer holds the append lock, and counts how often that happened."""
+    import time
+
+    z = Zrecord(path, "raw")
+    go.wait(30)
+    busy = 0
+    for b in range(batches):
+        src = b"".join(_record(writer, b * per_batch + k) for k in range(per_batch))
+        while True:
+            try:
+                z.append(np.frombuffer(src, dtype=np.uint8), per_batch, _REC)
+                break
+            except ZrecordError as e:
+                assert e.code == -10 and "busy" in str(e), e
+                busy += 1
+                time.sleep(0.0005)
+    z.close()
+    with busy_counter.get_lock():
+        busy_counter.value += busy
+
+
+def test_two_processes_appending_at_once_lose_and_mix_nothing(tmp_path):
+    import multiprocessing as mp
+
+    path = str(tmp_path / "z.zr")
+    Zrecord(path, "raw").close()
+    ctx = mp.get_context("spawn")
+    busy, go = ctx.Value("i", 0), ctx.Barrier(2)
+    batches, per_batch = 1000, 7
+    procs = [
+        ctx.Process(target=_append_many, args=(path, w, batches, per_batch, busy, go))
+        for w in (1, 2)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    with Zrecord(path, "raw") as z:
+        n = len(z)
+        assert n == 2 * batches * per_batch
+        out = np.empty(n * _REC, dtype=np.uint8)
+        z.gather(np.arange(n, dtype=np.uint64), out, _REC)
+    recs = out.reshape(n, _REC)
+    seen = {1: [], 2: []}
+    for r in recs:
+        writer, seq = np.frombuffer(r[:8].tobytes(), dtype="<u4")
+        assert r.tobytes() == _record(int(writer), int(seq))
+        seen[int(writer)].append(int(seq))
+    # Every record once, each writer's in its own order, batches never split.
+    for w in (1, 2):
+        assert seen[w] == list(range(batches * per_batch))
+    owners = [int(np.frombuffer(r[:4].tobytes(), dtype="<u4")[0]) for r in recs]
+    runs = np.flatnonzero(np.diff(owners)) + 1
+    assert all(r % per_batch == 0 for r in runs), "an append was interleaved with another"
+    print(f"append lock contended {busy.value} times")
+
+
+def _read_until_told(path, data, stop, ready, result):
+    try:
+        with Dataset(path) as ds:
+            ready.set()
+            rounds = 0
+            while not stop.is_set() or rounds == 0:
+                np.testing.assert_array_equal(ds[:], data)
+                rounds += 1
+        result.value = rounds
+    except BaseException:
+        result.value = -1
+        raise
+
+
+def test_a_reader_process_blocks_delete_and_reads_on_unharmed(tmp_path):
+    import multiprocessing as mp
+
+    path = str(tmp_path / "d.zr")
+    data = np.arange(2000 * 16, dtype=np.int32).reshape(2000, 16)
+    Dataset.write(path, data).close()
+    ctx = mp.get_context("spawn")
+    stop, ready, result = ctx.Event(), ctx.Event(), ctx.Value("i", 0)
+    reader = ctx.Process(target=_read_until_told, args=(path, data, stop, ready, result))
+    reader.start()
+    try:
+        assert ready.wait(30)
+        with Dataset(path) as ds:
+            for attempt in (ds.delete, lambda _: ds.compact()):
+                with pytest.raises(ZrecordError) as e:
+                    attempt([0, 5])
+                assert e.value.code == -10 and "d.zr" in str(e.value)
+            assert len(ds) == 2000
+    finally:
+        stop.set()
+        reader.join(30)
+    assert reader.exitcode == 0 and result.value > 0
+    # With the reader gone the delete runs.
+    with Dataset(path) as ds:
+        ds.delete([0, 5])
+        assert len(ds) == 1998

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use memmap2::{Advice, Mmap, MmapOptions, UncheckedAdvice};
+use memmap2::{Advice, Mmap, MmapOptions};
 
 use crate::error::{io_error, Result};
 use crate::io_hook::{announce, Hook, IoEvent};
@@ -87,16 +87,6 @@ impl ChunkFile {
 
     fn announce(&self, event: IoEvent<'_>) -> Result<()> {
         announce(&self.hook, &self.path, event)
-    }
-
-    /// Drops this process's mappings of the chunk's pages (the page cache
-    /// keeps them), so the pages gathers touched stop counting towards the
-    /// process's resident set. The next read maps them again.
-    pub fn release_pages(&self) {
-        // SAFETY: the mapping is shared, read-only and file-backed: after
-        // MADV_DONTNEED a read sees the file's current bytes, which is what
-        // it saw before; no reader holds data that lives only in the mapping.
-        let _ = unsafe { self.map.unchecked_advise(UncheckedAdvice::DontNeed) };
     }
 
     pub fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<()> {

@@ -22,11 +22,6 @@ const MIN_SHARD_BYTES: u64 = 128 << 10;
 /// inflating runs near 1 GB/s, copying near 10.
 const DECODE_WEIGHT: u64 = 8;
 
-/// Mapped chunk pages a store may add to the resident set before it drops
-/// its mappings (the page cache keeps the data; re-mapping it is a minor
-/// fault per 64 KiB). Bounds a long-running loader's RSS.
-const RESIDENT_BUDGET: u64 = 32 << 20;
-
 /// The work a record adds to a batch, in copied-byte equivalents.
 fn work(loc: &RecordLoc) -> u64 {
     let weight = if loc.codec == crate::codec::Codec::Raw.tag() {
@@ -63,7 +58,7 @@ impl Store {
     /// Bytes of a slot past its record's length are left as they were.
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
         let len = self.meta.length();
-        let (mut total, mut stored) = (0u64, 0u64);
+        let mut total = 0u64;
         for (k, loc) in self.locate(idxs, len)?.enumerate() {
             let logic = loc.logic_length as u64;
             let end = (k as u64)
@@ -76,9 +71,7 @@ impl Store {
                 return Err(self.too_small(idxs[k], end.unwrap_or(u64::MAX), dst.len() as u64));
             }
             total += work(&loc);
-            stored += loc.phys_length as u64;
         }
-        self.account_resident(stored);
         let shards = shard_count(idxs.len(), total, MIN_SHARD_BYTES);
         let per = idxs.len().div_ceil(shards.max(1)).max(1);
         let block = |(idxs, dst): (&[u64], &mut [u8])| -> Result<()> {
@@ -121,7 +114,7 @@ impl Store {
             )));
         }
         let len = self.meta.length();
-        let (mut total, mut stored) = (0u64, 0u64);
+        let mut total = 0u64;
         let mut ordered = true;
         let mut prev_end = 0u64;
         for (k, loc) in self.locate(idxs, len)?.enumerate() {
@@ -135,9 +128,7 @@ impl Store {
                 prev_end = offsets[k] + logic;
             }
             total += work(&loc);
-            stored += loc.phys_length as u64;
         }
-        self.account_resident(stored);
         if !ordered {
             self.check_disjoint(idxs, offsets)?;
         }
@@ -165,23 +156,6 @@ impl Store {
                 .zip(offsets.par_chunks(per))
                 .try_for_each(block)
         })
-    }
-
-    /// Counts mapped bytes a gather is about to touch; past the budget, the
-    /// chunk mappings are dropped from the resident set first.
-    fn account_resident(&self, bytes: u64) {
-        use std::sync::atomic::Ordering;
-        let before = self.touched.fetch_add(bytes, Ordering::Relaxed);
-        if before + bytes >= RESIDENT_BUDGET
-            && self
-                .touched
-                .compare_exchange(before + bytes, 0, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            for chunk in self.chunks.opened() {
-                chunk.release_pages();
-            }
-        }
     }
 
     /// Fails when two non-empty destination ranges overlap.

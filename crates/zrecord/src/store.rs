@@ -65,8 +65,6 @@ pub struct Store {
     pub(crate) checksums: Option<ChecksumFile>,
     /// Whether gathers check records against their checksums.
     pub(crate) verify_reads: bool,
-    /// Mapped bytes gathered since the chunk mappings were last dropped.
-    pub(crate) touched: std::sync::atomic::AtomicU64,
     /// Serialises appends from the moment they pick positions until their
     /// length is published.
     pub(crate) writer: Mutex<()>,
@@ -114,7 +112,6 @@ impl Store {
         let mut store = Store {
             chunks: ChunkFiles::new(&dir, options.io_hook.clone()),
             verify_reads: options.checksums,
-            touched: std::sync::atomic::AtomicU64::new(0),
             checksums,
             meta,
             writer: Mutex::new(()),

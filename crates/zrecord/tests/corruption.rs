@@ -359,6 +359,15 @@ impl Tally {
         assert_eq!(self.wrong, 0, "{name}: wrong reads: {:#?}", self.examples);
     }
 
+    /// All detected with checksums, no wrong read without.
+    fn assert_detected_as_far_as(&self, checksums: bool, name: &str) {
+        if checksums {
+            self.assert_all_detected(name);
+        } else {
+            self.assert_no_wrong_reads(name);
+        }
+    }
+
     /// With checksums nothing undetectable is left: no wrong read, no
     /// phantom, and no damage a later append turns into wrong bytes.
     fn assert_all_detected(&self, name: &str) {
@@ -599,6 +608,36 @@ fn case(
     fx.restore(&dirty);
 }
 
+/// One case per byte of `file` in `offsets` and per pattern of [`PATTERNS`].
+fn xor_sweep(
+    fx: &Fixture,
+    file: &Path,
+    offsets: std::ops::Range<u64>,
+    probe_append: bool,
+    tally: &mut Tally,
+) {
+    let label = file.file_name().unwrap().to_string_lossy();
+    for offset in offsets {
+        for pattern in PATTERNS {
+            let name = format!("{label} byte {offset} ^ {pattern:#04x}");
+            case(fx, &name, None, probe_append, tally, || {
+                xor_byte(file, offset, pattern)
+            });
+        }
+    }
+}
+
+/// One case per distinct length in `cuts` that `file` is truncated to.
+fn cut_sweep(fx: &Fixture, file: &Path, mut cuts: Vec<u64>, probe_append: bool, tally: &mut Tally) {
+    let label = file.file_name().unwrap().to_string_lossy();
+    cuts.sort_unstable();
+    cuts.dedup();
+    for cut in cuts {
+        let name = format!("{label} cut at {cut}");
+        case(fx, &name, None, probe_append, tally, || truncate(file, cut));
+    }
+}
+
 fn report(name: &str, fx: &Fixture, tally: &Tally) {
     let mode = if fx.checksums {
         "checksums"
@@ -632,22 +671,11 @@ fn header_damage_is_refused_or_harmless() {
         let fx = Fixture::new(checksums);
         let meta = fx.file(META_FILE_NAME);
         let mut tally = Tally::default();
-        for offset in 0..HEADER_LEN as u64 {
-            for pattern in PATTERNS {
-                let name = format!("header byte {offset} ^ {pattern:#04x}");
-                case(&fx, &name, None, true, &mut tally, || {
-                    xor_byte(&meta, offset, pattern)
-                });
-            }
-        }
+        xor_sweep(&fx, &meta, 0..HEADER_LEN as u64, true, &mut tally);
         report("header (16 bytes)", &fx, &tally);
         // A grown length shows zeroed slots as empty records (phantoms) and a
         // shrunk one hides records; neither gives wrong bytes for a record.
-        if checksums {
-            tally.assert_all_detected("header");
-        } else {
-            tally.assert_no_wrong_reads("header");
-        }
+        tally.assert_detected_as_far_as(checksums, "header");
     }
 }
 
@@ -697,14 +725,7 @@ fn truncated_files_are_refused_never_misread() {
         let mut cuts: Vec<u64> = vec![0, 1, META_FILE_LEN as u64 / 2, META_FILE_LEN as u64 - 1];
         cuts.extend((0..=n).map(|i| (TABLE_OFFSET + i * ENTRY_LEN) as u64));
         cuts.extend([HEADER_LEN as u64 - 1, 4, 6, 8, 12]);
-        cuts.sort_unstable();
-        cuts.dedup();
-        for cut in cuts {
-            let name = format!("meta.zr cut at {cut}");
-            case(&fx, &name, None, true, &mut meta_tally, || {
-                truncate(&meta, cut)
-            });
-        }
+        cut_sweep(&fx, &meta, cuts, true, &mut meta_tally);
         report("truncated meta.zr", &fx, &meta_tally);
         assert_eq!(
             meta_tally.refused_open.get("NotAStore").copied(),
@@ -719,16 +740,9 @@ fn truncated_files_are_refused_never_misread() {
             for loc in fx.locs.iter().filter(|l| l.chunk_id as usize == id) {
                 cuts.extend([loc.offset as u64, loc.end(), loc.end().saturating_sub(1)]);
             }
-            cuts.sort_unstable();
-            cuts.dedup();
             cuts.retain(|&c| c < len);
             let path = fx.chunk(id);
-            for cut in cuts {
-                let name = format!("chunk {id} cut at {cut}");
-                case(&fx, &name, None, true, &mut chunk_tally, || {
-                    truncate(&path, cut)
-                });
-            }
+            cut_sweep(&fx, &path, cuts, true, &mut chunk_tally);
             let name = format!("chunk {id} removed");
             case(&fx, &name, None, true, &mut chunk_tally, || {
                 fs::remove_file(&path).unwrap()
@@ -736,11 +750,7 @@ fn truncated_files_are_refused_never_misread() {
         }
         report("truncated or removed chunks", &fx, &chunk_tally);
         meta_tally.assert_all_detected("truncated meta.zr");
-        if checksums {
-            chunk_tally.assert_all_detected("truncated chunks");
-        } else {
-            chunk_tally.assert_no_wrong_reads("truncated chunks");
-        }
+        chunk_tally.assert_detected_as_far_as(checksums, "truncated chunks");
     }
 }
 
@@ -791,14 +801,7 @@ fn damaged_checksum_sidecar_is_refused_never_misread() {
     let sidecar = fx.file(CHECKSUM_FILE_NAME);
     let mut bytes_tally = Tally::default();
     let swept = CHECKSUM_HEADER_LEN + ENTRIES_SWEPT * CHECKSUM_SLOT_LEN;
-    for offset in 0..swept as u64 {
-        for pattern in PATTERNS {
-            let name = format!("checksums.zr byte {offset} ^ {pattern:#04x}");
-            case(&fx, &name, None, false, &mut bytes_tally, || {
-                xor_byte(&sidecar, offset, pattern)
-            });
-        }
-    }
+    xor_sweep(&fx, &sidecar, 0..swept as u64, false, &mut bytes_tally);
     report("checksums.zr header, slots 0..4", &fx, &bytes_tally);
     bytes_tally.assert_all_detected("checksums.zr bytes");
     assert_eq!(
@@ -811,14 +814,7 @@ fn damaged_checksum_sidecar_is_refused_never_misread() {
     let n = fx.originals.len();
     let mut cuts = vec![0, 1, CHECKSUM_FILE_LEN / 2, CHECKSUM_FILE_LEN - 1];
     cuts.extend((0..=n).map(|i| (CHECKSUM_HEADER_LEN + i * CHECKSUM_SLOT_LEN) as u64));
-    cuts.sort_unstable();
-    cuts.dedup();
-    for cut in cuts {
-        let name = format!("checksums.zr cut at {cut}");
-        case(&fx, &name, None, false, &mut cut_tally, || {
-            truncate(&sidecar, cut)
-        });
-    }
+    cut_sweep(&fx, &sidecar, cuts, false, &mut cut_tally);
     report("truncated checksums.zr", &fx, &cut_tally);
     cut_tally.assert_all_detected("truncated checksums.zr");
     assert_eq!(

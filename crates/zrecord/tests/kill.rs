@@ -33,7 +33,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{compressible, noise, Rng};
+use common::{compressible, noise, try_read_all, Rng};
 use zrecord::{AppendOptions, Codec, Error, Store, StoreOptions, JOURNAL_FILE_NAME};
 
 /// Path of the store the child writes; its presence makes the child run.
@@ -349,25 +349,6 @@ fn explain(found: &[Vec<u8>], mode: Mode, reported: &Reported) -> Result<State, 
             "the store is in state {candidates:?}, but the child had reported {reported:?}"
         )),
     }
-}
-
-/// Every record, or the error of the first gather that failed.
-fn try_read_all(store: &Store) -> Result<Vec<Vec<u8>>, Error> {
-    let idxs: Vec<u64> = (0..store.len() as u64).collect();
-    let lens = store.lengths(&idxs)?;
-    let mut offsets = Vec::with_capacity(lens.len());
-    let mut total = 0u64;
-    for &l in &lens {
-        offsets.push(total);
-        total += l as u64;
-    }
-    let mut dst = vec![0u8; total as usize];
-    store.gather_ragged(&idxs, &mut dst, &offsets)?;
-    Ok(offsets
-        .iter()
-        .zip(&lens)
-        .map(|(&o, &l)| dst[o as usize..o as usize + l as usize].to_vec())
-        .collect())
 }
 
 /// The outcome of one round.

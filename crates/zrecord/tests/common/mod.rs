@@ -2,7 +2,7 @@
 //! that gathers whole records back for comparison with a model.
 #![allow(dead_code)]
 
-use zrecord::{AppendOptions, Codec, Store, StoreOptions};
+use zrecord::{AppendOptions, Codec, Error, Store, StoreOptions};
 
 /// A deterministic xorshift generator, so failures reproduce.
 pub struct Rng(pub u64);
@@ -51,13 +51,23 @@ pub fn small_chunks(capacity: u64) -> StoreOptions {
 
 /// Every record of the store, read through `gather_ragged` in one batch.
 pub fn read_all(store: &Store) -> Vec<Vec<u8>> {
+    try_read_all(store).unwrap_or_else(|e| panic!("reading the store back failed: {e}"))
+}
+
+/// Every record of the store, or the error of the gather.
+pub fn try_read_all(store: &Store) -> Result<Vec<Vec<u8>>, Error> {
     let idxs: Vec<u64> = (0..store.len() as u64).collect();
-    read(store, &idxs)
+    try_read(store, &idxs)
 }
 
 /// Records `idxs`, read in one ragged gather, packed back to back.
 pub fn read(store: &Store, idxs: &[u64]) -> Vec<Vec<u8>> {
-    let lens = store.lengths(idxs).unwrap();
+    try_read(store, idxs).unwrap()
+}
+
+/// Records `idxs`, or the error of the first call that failed.
+pub fn try_read(store: &Store, idxs: &[u64]) -> Result<Vec<Vec<u8>>, Error> {
+    let lens = store.lengths(idxs)?;
     let mut offsets = Vec::with_capacity(lens.len());
     let mut total = 0u64;
     for &l in &lens {
@@ -65,10 +75,10 @@ pub fn read(store: &Store, idxs: &[u64]) -> Vec<Vec<u8>> {
         total += l as u64;
     }
     let mut dst = vec![0u8; total as usize];
-    store.gather_ragged(idxs, &mut dst, &offsets).unwrap();
-    offsets
+    store.gather_ragged(idxs, &mut dst, &offsets)?;
+    Ok(offsets
         .iter()
         .zip(&lens)
         .map(|(&o, &l)| dst[o as usize..o as usize + l as usize].to_vec())
-        .collect()
+        .collect())
 }
