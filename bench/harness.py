@@ -128,6 +128,23 @@ class Runner:
         return res
 
 
+def limits(workloads, quick) -> dict:
+    """Runs crates/zrecord/examples/codec_limits.rs over the workloads' .npy files:
+    random-order copies on one and two cores, codec speeds on one core."""
+    files = {w: common.data_dir(quick) / f"{w}.npy" for w in workloads}
+    argv = ["cargo", "run", "--release", "--quiet", "-p", "zrecord", "--example", "codec_limits",
+            "--", *map(str, files.values())]
+    log("measuring limits: " + " ".join(argv))
+    try:
+        p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"status": f"failed: {e}"}
+    if p.returncode != 0:
+        return {"status": f"failed: {p.stderr.strip()[-300:]}"}
+    by_file = {json.loads(line)["file"]: json.loads(line) for line in p.stdout.splitlines() if line}
+    return {"status": "ok", **{w: by_file.get(str(f), {}) for w, f in files.items()}}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="loaderx benchmark harness (run via bench/run.sh)")
     p.add_argument("--quick", action="store_true", help="small N, short timings (smoke test)")
@@ -197,6 +214,9 @@ def main(argv=None):
             results["datasets_failed"][w] = f"{type(e).__name__}: {e}"
             log(f"workload {w} skipped: {results['datasets_failed'][w]}")
             workloads.remove(w)
+
+    # 1b. What the memory and the codecs do on their own (the measured limits).
+    results["limits"] = limits(workloads, args.quick)
 
     runner = Runner(args)
 

@@ -215,20 +215,22 @@ pub fn read_guarded(store: &Store) -> usize {
 
     let stride = lens.iter().copied().max().unwrap_or(0) as usize + GUARD;
     if lens.iter().all(|&l| l as u64 <= MAX_PROBE_LEN) && stride * idxs.len() <= MAX_BATCH_BYTES {
-        let mut buf = vec![SENTINEL; idxs.len() * stride];
-        let result = store.gather(&idxs, &mut buf, stride);
+        let end = idxs.len() * stride;
+        let mut buf = vec![SENTINEL; end + GUARD];
+        let result = store.gather(&idxs, &mut buf[..end], stride);
+        assert!(untouched(&buf[end..]), "batch gather wrote past its destination");
         for (k, &l) in lens.iter().enumerate() {
             let slot = &buf[k * stride..(k + 1) * stride];
-            assert!(
-                untouched(&slot[l as usize..]),
-                "batch gather wrote past record {}'s {l} bytes",
-                idxs[k]
-            );
             if result.is_ok() {
                 assert_eq!(
                     singles[k].as_deref(),
                     Some(&slot[..l as usize]),
                     "record {} reads differently alone and in a batch",
+                    idxs[k]
+                );
+                assert!(
+                    slot[l as usize..].iter().all(|&b| b == 0),
+                    "record {}'s slot tail is not zeroed",
                     idxs[k]
                 );
             }

@@ -134,9 +134,8 @@ class Dataset:
     # -- reading ------------------------------------------------------------
 
     def _gather(self, idxs: np.ndarray, lead: tuple) -> np.ndarray:
-        out = np.empty((*lead, *self.shape), dtype=self.dtype)
-        self._zr().gather(idxs, out, self._itemsize)
-        return out
+        flat = self._zr().gather_array(idxs, self._itemsize)
+        return flat.view(self.dtype).reshape(*lead, *self.shape)
 
     def _positions(self, key: Any, n: int) -> np.ndarray:
         """Non-negative int64 positions of an array-like index `key`, checked

@@ -4,6 +4,7 @@
 //! conversion (`error`) around the engine crates zrecord, zsampler and
 //! zloader, which know nothing of Python. One file per Python class.
 
+mod batch_array;
 mod convert;
 mod error;
 mod loader;

@@ -11,9 +11,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use zloader::{Batch, LoaderError, LoaderOptions, Stream};
 
-use crate::error;
 use crate::sampler::Sampler;
 use crate::zrecord::Zrecord;
+use crate::{batch_array, error};
 
 /// What iterating yields: `(step, indices, buffers)`.
 type NativeBatch<'py> = (u64, Bound<'py, PyArray1<u64>>, Bound<'py, PyList>);
@@ -127,7 +127,7 @@ impl Loader {
         // The buffers become numpy arrays without a copy.
         let buffers = PyList::empty(py);
         for (buffer, lengths) in batch.buffers.into_iter().zip(batch.lengths) {
-            let bytes = PyArray1::from_vec(py, buffer);
+            let bytes = batch_array::into_array(py, buffer)?;
             match lengths {
                 None => buffers.append(bytes)?,
                 Some(lengths) => buffers.append(PyTuple::new(

@@ -14,8 +14,10 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use zloader::BatchBuffer;
 use zrecord::{AppendOptions, Codec, Store, StoreOptions};
 
+use crate::batch_array;
 use crate::convert::{u32s, u64s, Dst, Src};
 use crate::error;
 
@@ -188,7 +190,7 @@ impl Zrecord {
     /// `dst` is a writable C-contiguous numpy array of any dtype, treated as
     /// bytes. A record longer than `stride`, or a `dst` too small, raises
     /// ZrecordError (code -6) before anything is written. Bytes of a slot
-    /// past its record's length are left as they were.
+    /// past its record's length are set to zero.
     fn gather(
         &self,
         py: Python<'_>,
@@ -202,6 +204,36 @@ impl Zrecord {
         let store = self.shared()?;
         py.detach(|| store.gather(&idxs, dst, stride))
             .map_err(error::engine)
+    }
+
+    /// Gathers records `idxs` into a new uint8 array of `len(idxs) * stride`
+    /// bytes, record k at byte k * stride, as `gather` does.
+    ///
+    /// The array's memory is recycled from batches that are no longer
+    /// referenced (a few per size, 256 MiB at most), so it comes already
+    /// mapped: the fast way to read batch after batch.
+    fn gather_array<'py>(
+        &self,
+        py: Python<'py>,
+        idxs: &Bound<'py, PyAny>,
+        stride: usize,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let idxs = u64s(idxs, "idxs")?;
+        let store = self.shared()?;
+        let out_of_memory = |bytes: String| {
+            error::zrecord_error(
+                format!("{}: cannot allocate {bytes} bytes for a batch", self.path),
+                error::code::OUT_OF_MEMORY,
+            )
+        };
+        let bytes = idxs
+            .len()
+            .checked_mul(stride)
+            .ok_or_else(|| out_of_memory(format!("{} x {stride}", idxs.len())))?;
+        let mut buffer = BatchBuffer::new(bytes).ok_or_else(|| out_of_memory(bytes.to_string()))?;
+        py.detach(|| store.gather(&idxs, &mut buffer, stride))
+            .map_err(error::engine)?;
+        batch_array::into_array(py, buffer)
     }
 
     /// Gathers ragged records: record k at byte offsets[k] of `dst`.

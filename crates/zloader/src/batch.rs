@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use zsampler::Sampler;
 
+use crate::batch_buffer::BatchBuffer;
 use crate::error::{LoaderError, Result};
 use crate::stream::{Layout, Stream};
 
@@ -19,7 +20,7 @@ pub struct Batch {
     /// stream has record `k` at bytes `k * len ..`, `indices.len() * len`
     /// bytes in all; a [`Layout::Ragged`] stream has its records back to
     /// back, record `k` at the sum of the lengths before it.
-    pub buffers: Vec<Vec<u8>>,
+    pub buffers: Vec<BatchBuffer>,
     /// One entry per stream: `None` for a fixed stream, the byte length of
     /// every record of the batch for a ragged one.
     pub lengths: Vec<Option<Vec<u32>>>,
@@ -33,7 +34,7 @@ pub(crate) struct Work {
 }
 
 impl Work {
-    /// Gathers step `step` of every stream into fresh buffers.
+    /// Gathers step `step` of every stream into batch buffers.
     pub(crate) fn gather(self: &Arc<Self>, step: u64) -> Result<Batch> {
         let indices = self.sampler.batch(step);
         let mut buffers = Vec::with_capacity(self.streams.len());
@@ -47,8 +48,8 @@ impl Work {
             match stream.layout {
                 Layout::Fixed(record_len) => {
                     let len = indices.len() * record_len;
-                    let mut buffer =
-                        zeroed(len).ok_or(LoaderError::OutOfMemory { step, bytes: len })?;
+                    let mut buffer = BatchBuffer::new(len)
+                        .ok_or(LoaderError::OutOfMemory { step, bytes: len })?;
                     stream
                         .store
                         .gather(&indices, &mut buffer, record_len)
@@ -67,7 +68,7 @@ impl Work {
                     // At most 2^24 records of at most 1 MiB: no overflow.
                     let bytes = total as usize;
                     let mut buffer =
-                        zeroed(bytes).ok_or(LoaderError::OutOfMemory { step, bytes })?;
+                        BatchBuffer::new(bytes).ok_or(LoaderError::OutOfMemory { step, bytes })?;
                     stream
                         .store
                         .gather_ragged(&indices, &mut buffer, &offsets)
@@ -83,33 +84,5 @@ impl Work {
             buffers,
             lengths,
         })
-    }
-}
-
-/// A zeroed buffer of `len` bytes, or `None` when the allocator refuses it
-/// (where `vec![0; len]` would abort the process). Zeroed memory comes from
-/// calloc: fresh pages, no memset.
-fn zeroed(len: usize) -> Option<Vec<u8>> {
-    if len == 0 {
-        return Some(Vec::new());
-    }
-    let layout = std::alloc::Layout::array::<u8>(len).ok()?;
-    // SAFETY: `layout` has a non-zero size.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    if ptr.is_null() {
-        return None;
-    }
-    // SAFETY: `ptr` was allocated by the global allocator with the layout of
-    // a `[u8; len]`, and all `len` bytes are initialised (zero).
-    Some(unsafe { Vec::from_raw_parts(ptr, len, len) })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn zeroed_buffers_are_zero_and_absurd_ones_are_refused() {
-        assert_eq!(super::zeroed(0), Some(vec![]));
-        assert_eq!(super::zeroed(5000), Some(vec![0; 5000]));
-        assert_eq!(super::zeroed(isize::MAX as usize), None);
     }
 }

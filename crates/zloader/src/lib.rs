@@ -3,8 +3,9 @@
 //! A [`Loader`] walks the steps of a [`zsampler::Sampler`] in order. For each
 //! step it takes the sampler's batch of indices and gathers every
 //! [`Stream`] (a zrecord store of fixed-size records — the data, the labels,
-//! … — or of variable-length ones, [`Layout::Ragged`]) into freshly
-//! allocated buffers, on a pool of worker threads of its own.
+//! … — or of variable-length ones, [`Layout::Ragged`]) into
+//! [`BatchBuffer`]s, memory recycled from earlier batches, on a pool of
+//! worker threads of its own.
 //! Finished steps wait in a bounded window and come out strictly in step
 //! order, whatever the number of workers, so a run is reproducible from
 //! `(seed, step)` alone.
@@ -31,12 +32,14 @@
 //! ```
 
 mod batch;
+mod batch_buffer;
 mod error;
 mod loader;
 mod schedule;
 mod stream;
 
 pub use batch::Batch;
+pub use batch_buffer::BatchBuffer;
 pub use error::{LoaderError, Result};
 pub use loader::{Loader, LoaderOptions};
 pub use stream::{Layout, Stream};

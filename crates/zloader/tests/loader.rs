@@ -223,9 +223,9 @@ fn shards_of_a_step_together_are_the_unsharded_batch() {
         for stream in 0..2 {
             let bytes: Vec<u8> = shards
                 .iter()
-                .flat_map(|b| b.buffers[stream].clone())
+                .flat_map(|b| b.buffers[stream].to_vec())
                 .collect();
-            assert_eq!(bytes, batch.buffers[stream]);
+            assert_eq!(batch.buffers[stream], bytes);
         }
     }
 }

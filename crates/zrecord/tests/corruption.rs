@@ -524,8 +524,9 @@ fn check(
     dirty
 }
 
-/// Gathers `idxs` in one fixed-stride batch: an `Ok` batch must agree with
-/// the single reads and leave the bytes between slots alone.
+/// Gathers `idxs` in one fixed-stride batch: it must not write outside the
+/// destination, and an `Ok` batch must agree with the single reads and
+/// leave zeros after each record in its slot.
 fn check_batch(
     store: &Store,
     idxs: &[u64],
@@ -538,23 +539,22 @@ fn check_batch(
         return;
     }
     let stride = lens.iter().copied().max().unwrap_or(0) as usize + GUARD;
-    let mut buf = vec![SENTINEL; GUARD + idxs.len() * stride];
-    let result = store.gather(idxs, &mut buf[GUARD..], stride);
-    let outside = buf[..GUARD].iter().any(|&b| b != SENTINEL)
-        || lens.iter().enumerate().any(|(k, &l)| {
-            let slot = GUARD + k * stride;
-            buf[slot + l as usize..slot + stride]
-                .iter()
-                .any(|&b| b != SENTINEL)
-        });
-    if outside {
+    let end = GUARD + idxs.len() * stride;
+    let mut buf = vec![SENTINEL; end + GUARD];
+    let result = store.gather(idxs, &mut buf[GUARD..end], stride);
+    if buf[..GUARD]
+        .iter()
+        .chain(&buf[end..])
+        .any(|&b| b != SENTINEL)
+    {
         tally.overruns += 1;
-        tally.note(case, "batch gather changed bytes between slots");
+        tally.note(case, "batch gather wrote outside its destination");
     }
     if result.is_ok() {
         for (k, single) in singles.iter().enumerate() {
             let slot = GUARD + k * stride;
-            if single.as_deref() != Some(&buf[slot..slot + lens[k] as usize]) {
+            let (record, tail) = buf[slot..slot + stride].split_at(lens[k] as usize);
+            if single.as_deref() != Some(record) || tail.iter().any(|&b| b != 0) {
                 tally.wrong += 1;
                 tally.note(
                     case,

@@ -1,0 +1,32 @@
+//! Batch buffers handed to Python as numpy arrays, without a copy.
+//!
+//! The array views the buffer's memory and holds a small owner object as
+//! its numpy `base`; when the last array or view of the batch goes away,
+//! the owner drops the buffer, which goes back to zloader's idle list for
+//! the next batch.
+
+use numpy::ndarray::ArrayView1;
+use numpy::PyArray1;
+use pyo3::prelude::*;
+use zloader::BatchBuffer;
+
+/// Keeps a batch's memory alive for the arrays that view it.
+#[pyclass(module = "loaderx._native", name = "BatchMemory", frozen)]
+struct BatchMemory {
+    /// Never read: held to be dropped with the owner.
+    _buffer: BatchBuffer,
+}
+
+/// A writable 1-D uint8 array over `buffer`'s bytes.
+pub(crate) fn into_array(py: Python<'_>, buffer: BatchBuffer) -> PyResult<Bound<'_, PyArray1<u8>>> {
+    let (ptr, len) = (buffer.as_ptr(), buffer.len());
+    let owner = Bound::new(py, BatchMemory { _buffer: buffer })?;
+    // SAFETY: `ptr` is valid for `len` bytes for as long as `owner` lives,
+    // and nothing moves or frees them before: the owner is frozen, and
+    // becomes the array's base, which numpy keeps until the array and
+    // every view of it are gone.
+    unsafe {
+        let view = ArrayView1::from_shape_ptr(len, ptr);
+        Ok(PyArray1::borrow_from_array(&view, owner.into_any()))
+    }
+}

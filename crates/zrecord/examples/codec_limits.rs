@@ -1,0 +1,145 @@
+//! What the codecs and the memory can do on their own, without a store: the
+//! ceilings the benchmark's shortfalls are measured against
+//! (docs/benchmarks.md, "Measured limits").
+//!
+//! For each `.npy` given (C-order, records along axis 0), up to 256 MiB of
+//! its records are held in memory and copied in a random order, as a gather
+//! does, on one core and then on two; the first 16 MiB of them are
+//! LZ4-decoded, DEFLATE-decoded and DEFLATE-encoded at libdeflate levels 6
+//! (what zrecord writes) and 1 (its fastest), in order, on one core. Speeds
+//! are logical bytes per second, each the median of 3 passes of at least
+//! 0.3 s. Prints one JSON object per file.
+//!
+//!     cargo run --release -p zrecord --example codec_limits -- bench/out/data/full/A.npy
+
+use std::time::Instant;
+
+use libdeflater::{CompressionLvl, Compressor, Decompressor};
+
+/// The records of a C-order `.npy` file: its header says the shape.
+fn records(path: &str) -> Vec<Vec<u8>> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    assert_eq!(&bytes[..6], b"\x93NUMPY", "{path} is not a .npy file");
+    let (header_len, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        _ => (
+            u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
+            12,
+        ),
+    };
+    let header = std::str::from_utf8(&bytes[start..start + header_len]).unwrap();
+    let shape = &header[header.find("'shape': (").unwrap() + 10..];
+    let shape = &shape[..shape.find(')').unwrap()];
+    let dims: Vec<usize> = shape
+        .split(',')
+        .filter_map(|d| d.trim().parse().ok())
+        .collect();
+    let descr = &header[header.find("'descr': '").unwrap() + 10..];
+    let itemsize: usize = descr[2..descr.find('\'').unwrap()].parse().unwrap();
+    let record_len = dims[1..].iter().product::<usize>() * itemsize;
+    let data = &bytes[start + header_len..];
+    let n = dims[0].min((256 << 20) / record_len.max(1)).max(1);
+    data.chunks(record_len)
+        .take(n)
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// Median bytes per second of `pass` (which processes `bytes` bytes).
+fn speed(bytes: usize, mut pass: impl FnMut()) -> f64 {
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let (start, mut rounds) = (Instant::now(), 0u32);
+        while rounds == 0 || start.elapsed().as_secs_f64() < 0.3 {
+            pass();
+            rounds += 1;
+        }
+        runs.push(bytes as f64 * rounds as f64 / start.elapsed().as_secs_f64());
+    }
+    runs.sort_by(f64::total_cmp);
+    runs[1]
+}
+
+fn main() {
+    for path in std::env::args().skip(1) {
+        let all = records(&path);
+        let record_len = all[0].len();
+        let mb = |x: f64| (x / 1e6).round();
+
+        // A fixed pseudo-random visiting order (xorshift), the same each run.
+        let mut order: Vec<usize> = (0..all.len()).collect();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for i in (1..order.len()).rev() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            order.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        let all_bytes = all.len() * record_len;
+        let copy_part = |part: &[usize]| {
+            let mut dst = vec![0u8; record_len];
+            for &i in part {
+                dst.copy_from_slice(&all[i]);
+                std::hint::black_box(&dst);
+            }
+        };
+        let copy1 = speed(all_bytes, || copy_part(&order));
+        let halves: Vec<&[usize]> = order.chunks(order.len().div_ceil(2)).collect();
+        let copy2 = speed(all_bytes, || {
+            std::thread::scope(|s| {
+                for half in &halves {
+                    s.spawn(|| copy_part(half));
+                }
+            })
+        });
+
+        let recs = &all[..all.len().min((16 << 20) / record_len.max(1)).max(1)];
+        let total: usize = recs.iter().map(Vec::len).sum();
+        let mut dst = vec![0u8; record_len];
+        let lz4: Vec<Vec<u8>> = recs.iter().map(|r| lz4_flex::block::compress(r)).collect();
+        let lz4_dec = speed(total, || {
+            for e in &lz4 {
+                lz4_flex::block::decompress_into(e, &mut dst).unwrap();
+                std::hint::black_box(&dst);
+            }
+        });
+
+        let mut deflate_out = vec![0u8; record_len * 2 + 1024];
+        let mut encode = |level: i32| -> (f64, Vec<Vec<u8>>) {
+            let mut c = Compressor::new(CompressionLvl::new(level).unwrap());
+            let mut encoded = Vec::new();
+            let speed = speed(total, || {
+                encoded.clear();
+                for r in recs {
+                    let n = c.deflate_compress(r, &mut deflate_out).unwrap();
+                    encoded.push(deflate_out[..n].to_vec());
+                }
+            });
+            (speed, encoded)
+        };
+        let (enc6, flate) = encode(6);
+        let (enc1, _) = encode(1);
+        let mut d = Decompressor::new();
+        let flate_dec = speed(total, || {
+            for e in &flate {
+                d.deflate_decompress(e, &mut dst).unwrap();
+                std::hint::black_box(&dst);
+            }
+        });
+        let stored: usize = flate.iter().map(|e| e.len().min(record_len)).sum();
+        println!(
+            "{{\"file\": {path:?}, \"records\": {}, \"record_bytes\": {record_len}, \
+             \"copy_1core_mb_s\": {}, \"copy_2cores_mb_s\": {}, \"lz4_decode_mb_s\": {}, \
+             \"flate_decode_mb_s\": {}, \"flate6_encode_mb_s\": {}, \"flate1_encode_mb_s\": {}, \
+             \"flate6_ratio\": {:.4}}}",
+            all.len(),
+            mb(copy1),
+            mb(copy2),
+            mb(lz4_dec),
+            mb(flate_dec),
+            mb(enc6),
+            mb(enc1),
+            stored as f64 / total as f64
+        );
+    }
+}
