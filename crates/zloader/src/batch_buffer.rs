@@ -216,7 +216,6 @@ mod tests {
 
     #[test]
     fn a_dropped_buffer_is_reused_with_its_bytes_and_absurd_sizes_are_refused() {
-        // A size no other test uses, so the idle list's entry is ours.
         // A size no other test uses, so the idle list's entry is ours. The
         // list is only try_locked, so a concurrent test can make one round
         // miss it; one of a few rounds must hit.

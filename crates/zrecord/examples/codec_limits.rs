@@ -1,6 +1,6 @@
 //! What the codecs and the memory can do on their own, without a store: the
-//! ceilings the benchmark's shortfalls are measured against
-//! (docs/benchmarks.md, "Measured limits").
+//! ceilings the benchmark's shortfalls are measured against (the notes of
+//! the targets in docs/benchmarks.md; bench/README.md, "Measured limits").
 //!
 //! For each `.npy` given (C-order, records along axis 0), up to 256 MiB of
 //! its records are held in memory and copied in a random order, as a gather

@@ -22,9 +22,10 @@ use crate::thread_pool::{pool, shard_count};
 const MIN_SHARD_BYTES: u64 = 512 << 10;
 
 /// The work a record adds to a batch, in copied-byte equivalents: decoding
-/// a byte costs what copying this many does (single-core speeds measured
-/// on Fashion-MNIST, bench/README.md, "Sharding": copy 5.4 GB/s, LZ4 1.4,
-/// zstd about 0.45, DEFLATE 0.23).
+/// a byte costs what copying this many does. Single-thread gathers of
+/// Fashion-MNIST ran at 5.4 GB/s raw, 1.4 LZ4 and 0.23 DEFLATE
+/// (bench/gather_micro.py); zstd's weight sits where the benchmark puts its
+/// speed, between LZ4 and DEFLATE.
 fn work(loc: &RecordLoc) -> u64 {
     let weight = match Codec::from_tag(loc.codec) {
         Some(Codec::Raw) => 1,
