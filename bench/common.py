@@ -13,6 +13,7 @@ import json
 import mmap
 import os
 import resource
+import threading
 import time
 from pathlib import Path
 
@@ -201,8 +202,9 @@ def _mincore_file(p: Path, size: int, npages: int) -> int | None:
 
 
 def peak_rss_mib() -> float:
-    """Peak resident set size of this process (ru_maxrss is in KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident set size of this process: VmHWM, which starts afresh at
+    exec (ru_maxrss does not: a worker would inherit the harness's peak)."""
+    return rss_now().get("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def rss_now() -> dict:
@@ -217,6 +219,28 @@ def rss_now() -> dict:
     except OSError:
         pass
     return out
+
+
+class RssSampler:
+    """Samples rss_now() every `interval` seconds on a thread of its own and
+    keeps each figure's peak: the kernel keeps only the total's (VmHWM), and
+    the split tells buffers (anonymous) from mapped file pages."""
+
+    def __init__(self, interval: float = 0.02):
+        self.peak: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            for key, value in rss_now().items():
+                self.peak[key] = max(self.peak.get(key, 0.0), value)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
 
 
 def emit(result: dict) -> None:

@@ -251,6 +251,7 @@ def job_loader(args) -> dict:
            "batch_bytes": BATCH * (sample_bytes + label_bytes)}
     loader = loaderx.DataLoader(ds, ls, num_workers=args.workers, batch_size=BATCH,
                                 prefetch_size=args.prefetch)
+    sampler = common.RssSampler()
     it = iter(loader)
     first = next(it)
     if first["data"].shape != (BATCH, *ds.shape):
@@ -277,6 +278,7 @@ def job_loader(args) -> dict:
     res["runs"] = runs
     res["peak_rss_mib"] = common.peak_rss_mib()  # before the check touches the source
     res["rss_now"] = common.rss_now()
+    res["rss_peaks"] = sampler.stop()
     batches = [(b["data"], b["label"]) for b in (next(it), next(it))]
     err = _check_batches(args, batches)
     if err:

@@ -9,7 +9,9 @@
 //! next batch of about the same size takes it back, pages already mapped.
 //!
 //! The idle list is bounded ([`MAX_IDLE_PER_CLASS`] buffers per size class,
-//! [`MAX_IDLE_BYTES`] in all), and it is only ever `try_lock`ed: a thread
+//! [`MAX_IDLE_BYTES`] in all, none over [`MAX_POOLED`]); when a returned
+//! buffer does not fit, the buffers idle longest make room, since the batch
+//! size in use now is the one that comes back. It is only ever `try_lock`ed: a thread
 //! that finds it busy — or a forked child that inherited it locked —
 //! allocates or frees as if there were no pool.
 
@@ -29,10 +31,15 @@ const MIN_POOLED: usize = 64 << 10;
 pub const MAX_IDLE_PER_CLASS: usize = 4;
 /// Idle bytes kept in all.
 pub const MAX_IDLE_BYTES: usize = 256 << 20;
+/// Bigger buffers are freed: they come from one-off gathers (a whole
+/// dataset at once), which must not pin their memory or crowd the batches
+/// of the training loop out of the list.
+pub const MAX_POOLED: usize = 64 << 20;
 
 struct Idle {
     bytes: usize,
-    /// `(capacity, allocation)`; a handful of entries, searched linearly.
+    /// `(capacity, allocation)`, the longest idle first; a handful of
+    /// entries, searched linearly.
     buffers: Vec<(usize, NonNull<u8>)>,
 }
 
@@ -80,10 +87,10 @@ impl BatchBuffer {
             });
         }
         let capacity = class(len)?;
-        if capacity >= MIN_POOLED {
+        if (MIN_POOLED..=MAX_POOLED).contains(&capacity) {
             if let Ok(mut idle) = IDLE.try_lock() {
-                if let Some(k) = idle.buffers.iter().position(|&(c, _)| c == capacity) {
-                    let (_, ptr) = idle.buffers.swap_remove(k);
+                if let Some(k) = idle.buffers.iter().rposition(|&(c, _)| c == capacity) {
+                    let (_, ptr) = idle.buffers.remove(k);
                     idle.bytes -= capacity;
                     return Some(BatchBuffer { ptr, len, capacity });
                 }
@@ -112,27 +119,45 @@ impl Drop for BatchBuffer {
         if self.capacity == 0 {
             return;
         }
-        if self.capacity >= MIN_POOLED {
+        if (MIN_POOLED..=MAX_POOLED).contains(&self.capacity) {
             if let Ok(mut idle) = IDLE.try_lock() {
                 let same = idle
                     .buffers
                     .iter()
                     .filter(|&&(c, _)| c == self.capacity)
                     .count();
-                if same < MAX_IDLE_PER_CLASS && idle.bytes + self.capacity <= MAX_IDLE_BYTES {
+                if same < MAX_IDLE_PER_CLASS {
+                    // Freed after the lock is let go: freeing a big buffer
+                    // is a system call.
+                    let mut evicted = Vec::new();
+                    while idle.bytes + self.capacity > MAX_IDLE_BYTES {
+                        let (capacity, ptr) = idle.buffers.remove(0);
+                        idle.bytes -= capacity;
+                        evicted.push((capacity, ptr));
+                    }
                     idle.bytes += self.capacity;
                     idle.buffers.push((self.capacity, self.ptr));
+                    drop(idle);
+                    for (capacity, ptr) in evicted {
+                        free(capacity, ptr);
+                    }
                     return;
                 }
             }
         }
-        // SAFETY: allocated in `new` with exactly this layout.
-        unsafe {
-            std::alloc::dealloc(
-                self.ptr.as_ptr(),
-                Layout::from_size_align_unchecked(self.capacity, ALIGN),
-            )
-        }
+        free(self.capacity, self.ptr);
+    }
+}
+
+/// Frees an allocation made by [`BatchBuffer::new`].
+fn free(capacity: usize, ptr: NonNull<u8>) {
+    // SAFETY: allocated in `BatchBuffer::new` with exactly this layout, and
+    // owned by the caller.
+    unsafe {
+        std::alloc::dealloc(
+            ptr.as_ptr(),
+            Layout::from_size_align_unchecked(capacity, ALIGN),
+        )
     }
 }
 
@@ -200,6 +225,18 @@ impl PartialEq<Vec<u8>> for BatchBuffer {
 mod tests {
     use super::*;
 
+    /// The tests that look into the idle list run one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn idle_of(capacity: usize) -> usize {
+        let idle = IDLE.lock().unwrap();
+        idle.buffers.iter().filter(|&&(c, _)| c == capacity).count()
+    }
+
     #[test]
     fn classes_round_up_by_at_most_a_quarter() {
         assert_eq!(class(1), Some(64));
@@ -219,6 +256,7 @@ mod tests {
         // A size no other test uses, so the idle list's entry is ours. The
         // list is only try_locked, so a concurrent test can make one round
         // miss it; one of a few rounds must hit.
+        let _serial = serial();
         let len = 5 << 20;
         let reused = (0..10).any(|round| {
             let mut first = BatchBuffer::new(len).unwrap();
@@ -240,6 +278,7 @@ mod tests {
 
     #[test]
     fn the_idle_list_stays_bounded() {
+        let _serial = serial();
         let len = 7 << 20;
         let held: Vec<_> = (0..MAX_IDLE_PER_CLASS + 3)
             .map(|_| BatchBuffer::new(len).unwrap())
@@ -250,5 +289,32 @@ mod tests {
         let same = idle.buffers.iter().filter(|&&(c, _)| c == capacity).count();
         assert_eq!(same, MAX_IDLE_PER_CLASS);
         assert!(idle.bytes <= MAX_IDLE_BYTES);
+    }
+
+    /// A one-off huge gather neither stays pooled nor stops the batches of
+    /// the loop after it from being recycled, even when the list is full.
+    #[test]
+    fn big_one_off_buffers_do_not_crowd_out_batches() {
+        let _serial = serial();
+        let huge = BatchBuffer::new(MAX_POOLED + 1).unwrap();
+        let huge_capacity = huge.capacity;
+        drop(huge);
+        assert_eq!(idle_of(huge_capacity), 0, "over MAX_POOLED is freed");
+
+        // Fill the list to its byte limit with buffers of another size.
+        let filler = MAX_IDLE_BYTES / MAX_IDLE_PER_CLASS;
+        let held: Vec<_> = (0..MAX_IDLE_PER_CLASS)
+            .map(|_| BatchBuffer::new(filler).unwrap())
+            .collect();
+        drop(held);
+        assert_eq!(IDLE.lock().unwrap().bytes, MAX_IDLE_BYTES);
+
+        let batch = BatchBuffer::new(3 << 20).unwrap();
+        let (capacity, addr) = (batch.capacity, batch.as_ptr());
+        drop(batch);
+        assert_eq!(idle_of(capacity), 1, "the newest buffer evicts the oldest");
+        assert_eq!(idle_of(filler), MAX_IDLE_PER_CLASS - 1);
+        assert!(IDLE.lock().unwrap().bytes <= MAX_IDLE_BYTES);
+        assert_eq!(BatchBuffer::new(3 << 20).unwrap().as_ptr(), addr);
     }
 }

@@ -6,19 +6,24 @@
 //! its records are held in memory and copied in a random order, as a gather
 //! does, on one core and then on two; the first 16 MiB of them are
 //! LZ4-decoded, DEFLATE-decoded and DEFLATE-encoded at libdeflate levels 6
-//! (what zrecord writes) and 1 (its fastest), in order, on one core. Speeds
-//! are logical bytes per second, each the median of 3 passes of at least
-//! 0.3 s. Prints one JSON object per file.
+//! (what zrecord writes) and 1 (its fastest), in order, on one core. Then
+//! batches of 256 random records are read from the file itself on one core
+//! in three ways: from a mapping whose pages stay mapped (as a gather
+//! reads), from a mapping whose pages are dropped after every batch (a
+//! reader that holds no file pages between batches), and with one `pread`
+//! per record. Speeds are logical bytes per second, each the median of 3
+//! passes of at least 0.3 s. Prints one JSON object per file.
 //!
 //!     cargo run --release -p zrecord --example codec_limits -- bench/out/data/full/A.npy
 
+use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
 use libdeflater::{CompressionLvl, Compressor, Decompressor};
 
-/// The records of a C-order `.npy` file: its header says the shape.
-fn records(path: &str) -> Vec<Vec<u8>> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+/// Where the records of a C-order `.npy` file start, their length and count:
+/// its header says the shape.
+fn layout(bytes: &[u8], path: &str) -> (usize, usize, usize) {
     assert_eq!(&bytes[..6], b"\x93NUMPY", "{path} is not a .npy file");
     let (header_len, start) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
@@ -37,12 +42,72 @@ fn records(path: &str) -> Vec<Vec<u8>> {
     let descr = &header[header.find("'descr': '").unwrap() + 10..];
     let itemsize: usize = descr[2..descr.find('\'').unwrap()].parse().unwrap();
     let record_len = dims[1..].iter().product::<usize>() * itemsize;
-    let data = &bytes[start + header_len..];
-    let n = dims[0].min((256 << 20) / record_len.max(1)).max(1);
-    data.chunks(record_len)
+    (start + header_len, record_len, dims[0])
+}
+
+/// Up to 256 MiB of the records of `.npy` file `bytes`.
+fn records(bytes: &[u8], path: &str) -> Vec<Vec<u8>> {
+    let (start, record_len, count) = layout(bytes, path);
+    let n = count.min((256 << 20) / record_len.max(1)).max(1);
+    bytes[start..]
+        .chunks(record_len)
         .take(n)
         .map(<[u8]>::to_vec)
         .collect()
+}
+
+/// Speeds of reading batches of 256 random records of the `.npy` file at
+/// `path` into one batch buffer: from a mapping kept, from a mapping whose
+/// pages are dropped after each batch, and with a `pread` per record.
+fn file_reads(path: &str, bytes: &[u8]) -> (f64, f64, f64) {
+    let (start, record_len, count) = layout(bytes, path);
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: a read-only mapping of a file nothing writes while we run.
+    let map = unsafe { memmap2::Mmap::map(&file).unwrap() };
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    // At least 64 MiB a pass, so that small records are not read from cache.
+    let batch_count = ((64 << 20) / (256 * record_len)).max(64);
+    let batches: Vec<Vec<usize>> = (0..batch_count)
+        .map(|_| {
+            (0..256)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    start + (state % count as u64) as usize * record_len
+                })
+                .collect()
+        })
+        .collect();
+    let bytes_per_pass = batch_count * 256 * record_len;
+    let mut dst = vec![0u8; 256 * record_len];
+    let mut mapped_pass = |drop_pages: bool| {
+        for batch in &batches {
+            for (k, &at) in batch.iter().enumerate() {
+                dst[k * record_len..(k + 1) * record_len]
+                    .copy_from_slice(&map[at..at + record_len]);
+            }
+            std::hint::black_box(&dst);
+            if drop_pages {
+                // SAFETY: the mapping is of a file, read-only: dropping its
+                // pages only makes the next access fault them in again.
+                unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) }.unwrap();
+            }
+        }
+    };
+    mapped_pass(false); // map every page the batches touch
+    let kept = speed(bytes_per_pass, || mapped_pass(false));
+    let dropped = speed(bytes_per_pass, || mapped_pass(true));
+    let pread = speed(bytes_per_pass, || {
+        for batch in &batches {
+            for (k, &at) in batch.iter().enumerate() {
+                let slot = &mut dst[k * record_len..(k + 1) * record_len];
+                file.read_exact_at(slot, at as u64).unwrap();
+            }
+            std::hint::black_box(&dst);
+        }
+    });
+    (kept, dropped, pread)
 }
 
 /// Median bytes per second of `pass` (which processes `bytes` bytes).
@@ -62,7 +127,8 @@ fn speed(bytes: usize, mut pass: impl FnMut()) -> f64 {
 
 fn main() {
     for path in std::env::args().skip(1) {
-        let all = records(&path);
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let all = records(&bytes, &path);
         let record_len = all[0].len();
         let mb = |x: f64| (x / 1e6).round();
 
@@ -127,11 +193,14 @@ fn main() {
             }
         });
         let stored: usize = flate.iter().map(|e| e.len().min(record_len)).sum();
+        let (mapped_kept, mapped_dropped, pread) = file_reads(&path, &bytes);
+        drop(bytes);
         println!(
             "{{\"file\": {path:?}, \"records\": {}, \"record_bytes\": {record_len}, \
              \"copy_1core_mb_s\": {}, \"copy_2cores_mb_s\": {}, \"lz4_decode_mb_s\": {}, \
              \"flate_decode_mb_s\": {}, \"flate6_encode_mb_s\": {}, \"flate1_encode_mb_s\": {}, \
-             \"flate6_ratio\": {:.4}}}",
+             \"flate6_ratio\": {:.4}, \"mapped_kept_mb_s\": {}, \"mapped_dropped_mb_s\": {}, \
+             \"pread_mb_s\": {}}}",
             all.len(),
             mb(copy1),
             mb(copy2),
@@ -139,7 +208,10 @@ fn main() {
             mb(flate_dec),
             mb(enc6),
             mb(enc1),
-            stored as f64 / total as f64
+            stored as f64 / total as f64,
+            mb(mapped_kept),
+            mb(mapped_dropped),
+            mb(pread)
         );
     }
 }

@@ -2,24 +2,30 @@
 //! memory. This is the hot path.
 //!
 //! A batch is checked whole first (indices, destination bounds, overlaps), so
-//! a bad request writes nothing. It is then split into one contiguous block
-//! of records per worker; each worker decodes from the chunk mappings directly
-//! into its part of the destination, with its own coder scratch.
+//! a bad request writes nothing. A big batch is then split into runs of
+//! consecutive records that the caller and the shard crew
+//! ([`crate::shard_crew`]) share out; each decodes from the chunk mappings
+//! directly into its part of the destination, with its own coder scratch.
 
-use rayon::prelude::*;
+use std::ops::Range;
+use std::sync::Mutex;
 
 use crate::codec::{decode, Codec};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_CHUNKS, MAX_RECORD_LEN};
 use crate::record_table::RecordLoc;
+use crate::shard_crew::{participants, run_shards, MAX_SHARDS};
 use crate::store::Store;
-use crate::thread_pool::{pool, shard_count};
 
-/// Below this much work per worker a batch is gathered on the calling
-/// thread. Work is counted in bytes copied. Handing a shard to the pool and
-/// waiting for it costs on the order of 100 µs here (two wake-ups on a
-/// 2-core VM), the time it takes to copy about half a MiB.
-const MIN_SHARD_BYTES: u64 = 512 << 10;
+/// Below this much work per shard a batch is not split further. Work is
+/// counted in bytes copied. Handing a shard to a helper of the shard crew
+/// that is watching for work takes a few microseconds (the time of copying
+/// some 10 KiB); one that has parked is woken but not waited for.
+const MIN_SHARD_BYTES: u64 = 48 << 10;
+
+/// Shards per participant: more than one, so that a participant that starts
+/// late (a helper waking up) leaves its share to the others.
+const SHARDS_PER_PARTICIPANT: usize = 2;
 
 /// The work a record adds to a batch, in copied-byte equivalents: decoding
 /// a byte costs what copying this many does. Single-thread gathers of
@@ -39,6 +45,38 @@ fn work(loc: &RecordLoc) -> u64 {
 /// How many records ahead of the one being decoded a worker prefetches.
 const PREFETCH_DISTANCE: usize = 2;
 
+/// Runs `block` over consecutive runs of a batch's `items` positions that
+/// together cover it, spread over the caller and the shard crew when the
+/// batch holds enough `work`. The error is that of the earliest failing run.
+fn sharded(
+    items: usize,
+    work: u64,
+    block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
+) -> Result<()> {
+    let participants = participants();
+    let shards = ((work / MIN_SHARD_BYTES) as usize)
+        .min(SHARDS_PER_PARTICIPANT * participants)
+        .min(MAX_SHARDS)
+        .min(items);
+    if shards <= 1 {
+        return block(0..items);
+    }
+    let per = items.div_ceil(shards);
+    let first_error: Mutex<Option<(usize, Error)>> = Mutex::new(None);
+    run_shards(items.div_ceil(per), &|shard| {
+        if let Err(e) = block(shard * per..((shard + 1) * per).min(items)) {
+            let mut first = first_error.lock().unwrap_or_else(|e| e.into_inner());
+            if first.as_ref().is_none_or(|(earlier, _)| shard < *earlier) {
+                *first = Some((shard, e));
+            }
+        }
+    });
+    match first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// The caller's destination, shared by workers that write disjoint ranges.
 #[derive(Clone, Copy)]
 struct SharedDst {
@@ -46,7 +84,8 @@ struct SharedDst {
 }
 
 // SAFETY: workers only create slices over ranges proven disjoint before the
-// batch starts (see `gather_ragged`), while the caller's `&mut [u8]` is held.
+// batch starts (see `gather` and `gather_ragged`), while the caller's `&mut [u8]`
+// is held.
 unsafe impl Send for SharedDst {}
 unsafe impl Sync for SharedDst {}
 
@@ -79,9 +118,19 @@ impl Store {
             }
             total += work(&loc);
         }
-        let shards = shard_count(idxs.len(), total, MIN_SHARD_BYTES);
-        let per = idxs.len().div_ceil(shards.max(1)).max(1);
-        let block = |(idxs, dst): (&[u64], &mut [u8])| -> Result<()> {
+        let shared = SharedDst {
+            ptr: dst.as_mut_ptr(),
+        };
+        let dst_len = dst.len();
+        // Shard `k` writes the slots of its records, the last one up to the
+        // end of `dst`.
+        let block = |idxs: &[u64], first: usize| -> Result<()> {
+            let base = first * stride;
+            let end = ((first + idxs.len()) * stride).min(dst_len);
+            // SAFETY: shards cover disjoint runs of records, so disjoint
+            // byte ranges of `dst`, all inside it (checked above); `dst` is
+            // borrowed mutably for the whole call.
+            let dst = unsafe { shared.slot(base, end - base) };
             for (k, &index) in idxs.iter().enumerate() {
                 self.prefetch_ahead(idxs, k);
                 let loc = self.meta.entry(index as usize);
@@ -97,20 +146,9 @@ impl Store {
             }
             Ok(())
         };
-        if shards <= 1 {
-            return block((idxs, dst));
-        }
-        // Each block's destination ends where the next block's begins, or at
-        // the end of `dst` for the last.
-        let mut jobs = Vec::with_capacity(shards);
-        let mut rest = dst;
-        for ids in idxs.chunks(per) {
-            let take = (ids.len() * stride).min(rest.len());
-            let (head, tail) = rest.split_at_mut(take);
-            jobs.push((ids, head));
-            rest = tail;
-        }
-        pool().install(|| jobs.into_par_iter().try_for_each(block))
+        sharded(idxs.len(), total, &|range| {
+            block(&idxs[range.clone()], range.start)
+        })
     }
 
     /// Gathers ragged records: record `k` is written at `dst[offsets[k]..]`,
@@ -146,7 +184,7 @@ impl Store {
         let shared = SharedDst {
             ptr: dst.as_mut_ptr(),
         };
-        let block = |(idxs, offsets): (&[u64], &[u64])| -> Result<()> {
+        let block = |idxs: &[u64], offsets: &[u64]| -> Result<()> {
             for (k, (&index, &offset)) in idxs.iter().zip(offsets).enumerate() {
                 self.prefetch_ahead(idxs, k);
                 let loc = self.meta.entry(index as usize);
@@ -158,15 +196,8 @@ impl Store {
             }
             Ok(())
         };
-        let shards = shard_count(idxs.len(), total, MIN_SHARD_BYTES);
-        if shards <= 1 {
-            return block((idxs, offsets));
-        }
-        let per = idxs.len().div_ceil(shards);
-        pool().install(|| {
-            idxs.par_chunks(per)
-                .zip(offsets.par_chunks(per))
-                .try_for_each(block)
+        sharded(idxs.len(), total, &|range| {
+            block(&idxs[range.clone()], &offsets[range])
         })
     }
 

@@ -39,6 +39,7 @@ mod limits;
 mod lock;
 mod meta_file;
 mod record_table;
+mod shard_crew;
 mod stats;
 mod store;
 mod thread_pool;

@@ -82,3 +82,80 @@ fn eight_readers_and_two_writers_see_only_whole_records() {
         next[rec[0] as usize] += 1;
     }
 }
+
+/// Batches big enough to be split across the cores (several shards of
+/// 48 KiB and more), from four threads at once so that some find the shard
+/// crew busy: every slot holds its record, zeros after a short one, in both
+/// gathers.
+#[test]
+fn split_batches_from_four_threads_match_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_with(dir.path().join("s.zr"), &common::small_chunks(1 << 22)).unwrap();
+    let mut rng = Rng(7);
+    let mut model: Vec<Vec<u8>> = Vec::new();
+    for codec in Codec::ALL {
+        let recs: Vec<Vec<u8>> = (0..60)
+            .map(|_| {
+                let len = rng.below(24_000) as usize;
+                common::compressible(&mut rng, len)
+            })
+            .collect();
+        let slices: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+        store.append(&slices, &opts(codec)).unwrap();
+        model.extend(recs);
+    }
+    let stride = 24_000;
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (store, model) = (&store, &model);
+            s.spawn(move || {
+                let mut rng = Rng(100 + t);
+                let mut dst = vec![0xAB; 256 * stride];
+                for round in 0..60 {
+                    let n = 1 + rng.below(256) as usize;
+                    let idxs: Vec<u64> = (0..n).map(|_| rng.below(model.len() as u64)).collect();
+                    store.gather(&idxs, &mut dst[..n * stride], stride).unwrap();
+                    for (k, &i) in idxs.iter().enumerate() {
+                        let (want, slot) = (&model[i as usize], &dst[k * stride..(k + 1) * stride]);
+                        assert_eq!(
+                            &slot[..want.len()],
+                            &want[..],
+                            "thread {t} round {round} slot {k}"
+                        );
+                        assert!(slot[want.len()..].iter().all(|&b| b == 0), "slot {k} tail");
+                    }
+                    for (k, rec) in common::read(store, &idxs).iter().enumerate() {
+                        assert_eq!(rec, &model[idxs[k] as usize], "ragged slot {k}");
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// A split batch with two unreadable records reports the earlier of them,
+/// as a gather on one thread would.
+#[test]
+fn a_split_batch_reports_its_first_bad_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.zr");
+    let store = Store::open_with(&path, &common::small_chunks(1 << 20)).unwrap();
+    let mut rng = Rng(9);
+    let recs: Vec<Vec<u8>> = (0..200).map(|_| common::noise(&mut rng, 20_000)).collect();
+    let slices: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+    store.append(&slices, &opts(Codec::Raw)).unwrap();
+    drop(store);
+    // 52 records of 20 000 bytes fit a 1 MiB chunk file: record 60 is in
+    // chunk 1 and record 180 in chunk 3.
+    std::fs::remove_file(path.join("1.zr")).unwrap();
+    std::fs::remove_file(path.join("3.zr")).unwrap();
+    let store = Store::open(&path).unwrap();
+    let mut idxs: Vec<u64> = (0..256).map(|k| k % 50).collect();
+    idxs[200] = 60;
+    idxs[40] = 180;
+    let mut dst = vec![0u8; 256 * 20_000];
+    match store.gather(&idxs, &mut dst, 20_000) {
+        Err(zrecord::Error::CorruptRecord { index, .. }) => assert_eq!(index, 180),
+        other => panic!("expected a CorruptRecord error, got {other:?}"),
+    }
+}

@@ -1,0 +1,327 @@
+//! The shard crew: helper threads that split one gather across the cores
+//! with a hand-off measured in microseconds.
+//!
+//! A batch takes a few hundred microseconds to copy. Handing half of it to
+//! a sleeping rayon pool and blocking until it is done cost about 100 µs on
+//! this 2-core VM (two futex wake-ups), so the second core bought little.
+//! The crew differs in three ways:
+//!
+//! - the caller works too: participants claim shards from one atomic counter,
+//!   so a helper that is slow to wake only means the caller claims more;
+//! - a helper that has just finished keeps watching for the next batch for
+//!   [`SPIN`] before it parks, which covers the gap between back-to-back
+//!   batches of a training loop;
+//! - one batch at a time: a caller that finds the crew busy (another thread
+//!   splitting its batch) runs its shards itself, as the loader's workers do
+//!   when they already keep every core busy.
+//!
+//! Like [`crate::thread_pool`], the crew belongs to the process that started
+//! it; a forked child starts its own.
+
+use std::any::Any;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use crate::thread_pool::workers;
+
+/// How long an idle helper keeps looking for work before it parks. Longer
+/// than the gap between two batches of a loop that gathers and hands the
+/// batch on; short enough that an idle process gives its cores back at once.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// Most shards one batch is split into (the claim counter has 16 bits).
+pub(crate) const MAX_SHARDS: usize = 64;
+
+/// One batch being split: what each shard runs, and what went wrong.
+struct Task<'a> {
+    run: &'a (dyn Fn(usize) + Sync),
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl Task<'_> {
+    fn run_shard(&self, shard: usize) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| (self.run)(shard))) {
+            self.panic
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(payload);
+        }
+    }
+}
+
+/// The claim word: batch generation (32 bits) | next shard (16) | shards (16).
+fn pack(generation: u32, next: usize, shards: usize) -> u64 {
+    (generation as u64) << 32 | (next as u64) << 16 | shards as u64
+}
+
+fn unpack(word: u64) -> (usize, usize) {
+    ((word >> 16 & 0xffff) as usize, (word & 0xffff) as usize)
+}
+
+struct Helper {
+    thread: OnceLock<Thread>,
+    parked: AtomicBool,
+}
+
+struct Crew {
+    pid: u32,
+    /// Set while one caller's batch owns the crew.
+    busy: AtomicBool,
+    claim: AtomicU64,
+    /// Shards of the current batch that have finished.
+    done: AtomicU32,
+    task: AtomicPtr<Task<'static>>,
+    helpers: Vec<Helper>,
+}
+
+static CREW: AtomicPtr<Crew> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The crew of the calling process, `helpers` threads besides the caller.
+fn crew(helpers: usize) -> &'static Crew {
+    let pid = std::process::id();
+    loop {
+        let current = CREW.load(Ordering::Acquire);
+        // SAFETY: a published crew is leaked, never freed.
+        if let Some(crew) = unsafe { current.as_ref() } {
+            if crew.pid == pid {
+                return crew;
+            }
+        }
+        let fresh: &'static Crew = Box::leak(Box::new(Crew {
+            pid,
+            busy: AtomicBool::new(false),
+            claim: AtomicU64::new(0),
+            done: AtomicU32::new(0),
+            task: AtomicPtr::new(std::ptr::null_mut()),
+            helpers: (0..helpers)
+                .map(|_| Helper {
+                    thread: OnceLock::new(),
+                    parked: AtomicBool::new(false),
+                })
+                .collect(),
+        }));
+        let fresh_ptr = fresh as *const Crew as *mut Crew;
+        if CREW
+            .compare_exchange(current, fresh_ptr, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            for i in 0..helpers {
+                // A helper that cannot start never claims a shard; the
+                // callers run its share.
+                let _ = std::thread::Builder::new()
+                    .name(format!("zrecord-shard-{i}"))
+                    .spawn(move || fresh.help(i));
+            }
+            return fresh;
+        }
+        // Another thread installed one first; this one was never seen and
+        // started no threads, so it is merely left unused.
+    }
+}
+
+impl Crew {
+    /// Claims and runs shards of the current batch, if any are left.
+    /// Returns whether it ran one.
+    fn work(&self) -> bool {
+        let word = self.claim.load(Ordering::Acquire);
+        let (next, shards) = unpack(word);
+        if next >= shards {
+            return false;
+        }
+        if self
+            .claim
+            .compare_exchange_weak(word, word + (1 << 16), Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return true; // lost the race; look again at once
+        }
+        // SAFETY: the claim succeeded for this batch, whose caller does not
+        // return (and so keeps the task alive) until `done` counts this
+        // shard, and publishes the task before the claim word.
+        let task = unsafe { &*self.task.load(Ordering::Acquire) };
+        task.run_shard(next);
+        self.done.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    fn help(&self, index: usize) {
+        let me = &self.helpers[index];
+        // Before it can park, so that whoever sees it parked can wake it.
+        let _ = me.thread.set(std::thread::current());
+        let mut idle_since = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if self.work() {
+                idle_since = Instant::now();
+                spins = 0;
+                continue;
+            }
+            spins += 1;
+            if spins < 128 {
+                std::hint::spin_loop();
+            } else if idle_since.elapsed() < SPIN {
+                // Let any other runnable thread of this core go first.
+                std::thread::yield_now();
+            } else {
+                me.parked.store(true, Ordering::SeqCst);
+                // A batch published before `parked` was visible found no
+                // one to wake: look once more before sleeping.
+                let (next, shards) = unpack(self.claim.load(Ordering::SeqCst));
+                if next >= shards {
+                    std::thread::park();
+                }
+                me.parked.store(false, Ordering::SeqCst);
+                idle_since = Instant::now();
+                spins = 0;
+            }
+        }
+    }
+}
+
+/// Threads that work on one batch: the caller and one helper for each other
+/// worker of [`crate::thread_pool`] (so `RAYON_NUM_THREADS` sizes both).
+pub(crate) fn participants() -> usize {
+    workers()
+}
+
+/// Runs `run(0..shards)`, spread over the caller and the crew; returns when
+/// every shard has finished. Every shard runs even if one panics; the first
+/// panic is re-raised here once all are done.
+pub(crate) fn run_shards(shards: usize, run: &(dyn Fn(usize) + Sync)) {
+    let shards = shards.min(MAX_SHARDS);
+    let task = Task {
+        run,
+        panic: Mutex::new(None),
+    };
+    let helpers = participants() - 1;
+    match (helpers > 0 && shards > 1).then(|| crew(helpers)) {
+        Some(crew) if crew.take() => {
+            crew.split(&task, shards);
+            crew.busy.store(false, Ordering::Release);
+        }
+        // One shard, no helpers, or another thread's batch has the crew.
+        _ => (0..shards).for_each(|shard| task.run_shard(shard)),
+    }
+    if let Some(payload) = task.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        resume_unwind(payload);
+    }
+}
+
+impl Crew {
+    /// Makes the crew this caller's for one batch, if no one else has it.
+    fn take(&self) -> bool {
+        self.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Publishes `task`, works on it with the helpers, and returns once all
+    /// its shards are done and no helper can touch it any more.
+    fn split(&self, task: &Task, shards: usize) {
+        self.done.store(0, Ordering::Relaxed);
+        self.task
+            .store(task as *const Task as *mut Task<'static>, Ordering::Relaxed);
+        let generation = (self.claim.load(Ordering::Relaxed) >> 32) as u32;
+        self.claim.store(
+            pack(generation.wrapping_add(1), 0, shards),
+            Ordering::SeqCst,
+        );
+        for helper in &self.helpers {
+            if helper.parked.swap(false, Ordering::SeqCst) {
+                if let Some(thread) = helper.thread.get() {
+                    thread.unpark();
+                }
+            }
+        }
+        while self.work() {}
+        // What is left are shards that helpers claimed and are running now.
+        let mut spins = 0u32;
+        while self.done.load(Ordering::Acquire) < shards as u32 {
+            spins += 1;
+            if spins < 1024 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        self.task.store(std::ptr::null_mut(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Every shard runs exactly once per call, and the call returns only
+    /// after all of them have, whether the caller got the crew or found it
+    /// busy with another thread's batch.
+    #[test]
+    fn every_shard_runs_once_before_the_call_returns() {
+        std::thread::scope(|s| {
+            for caller in 0..4usize {
+                s.spawn(move || {
+                    for round in 0..2000usize {
+                        let shards = 1 + (caller + round) % 9;
+                        let runs: Vec<AtomicUsize> =
+                            (0..shards).map(|_| AtomicUsize::new(0)).collect();
+                        run_shards(shards, &|k| {
+                            if round % 7 == 0 {
+                                std::thread::sleep(Duration::from_micros(50));
+                            }
+                            runs[k].fetch_add(1, Ordering::Relaxed);
+                        });
+                        for (k, n) in runs.iter().enumerate() {
+                            assert_eq!(
+                                n.load(Ordering::Relaxed),
+                                1,
+                                "caller {caller} round {round} shard {k}"
+                            );
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    /// A batch that arrives after the helpers parked still completes.
+    #[test]
+    fn parked_helpers_are_woken_or_worked_around() {
+        for _ in 0..20 {
+            std::thread::sleep(SPIN * 3);
+            let runs = AtomicUsize::new(0);
+            run_shards(8, &|_| {
+                runs.fetch_add(1, Ordering::Relaxed);
+            });
+            assert_eq!(runs.load(Ordering::Relaxed), 8);
+        }
+    }
+
+    /// A panicking shard reaches the caller, but only after the other shards
+    /// (which may borrow the caller's stack) have finished.
+    #[test]
+    fn a_panic_in_a_shard_is_raised_after_all_shards_finish() {
+        let finished = AtomicUsize::new(0);
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            run_shards(6, &|k| {
+                if k == 1 {
+                    panic!("shard one fails");
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                finished.fetch_add(1, Ordering::SeqCst);
+            })
+        }));
+        let payload = caught.expect_err("the panic must reach the caller");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"shard one fails"));
+        assert_eq!(finished.load(Ordering::SeqCst), 5);
+        // And the crew is free for the next batch.
+        let runs = AtomicUsize::new(0);
+        run_shards(4, &|_| {
+            runs.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(runs.load(Ordering::Relaxed), 4);
+    }
+}
