@@ -123,8 +123,8 @@ fn crew(helpers: usize) -> &'static Crew {
 }
 
 impl Crew {
-    /// Claims and runs shards of the current batch, if any are left.
-    /// Returns whether it ran one.
+    /// Claims and runs a shard of the current batch, if one is left to
+    /// claim; returns false when none is.
     fn work(&self) -> bool {
         let word = self.claim.load(Ordering::Acquire);
         let (next, shards) = unpack(word);
