@@ -76,12 +76,6 @@ def ratio(a, b):
 
 # -- targets ------------------------------------------------------------------------
 
-def limit_of(lim: dict, w: str, key: str):
-    """A measured limit of workload `w` (codec_limits), or None."""
-    v = lim.get(w, {}).get(key) if isinstance(lim.get(w), dict) else None
-    return v or None
-
-
 def targets(results) -> list[tuple[str, float | None, str, bool | None]]:
     """(what, measured, required, met) for every target of the issue."""
     out = []
@@ -97,7 +91,8 @@ def targets(results) -> list[tuple[str, float | None, str, bool | None]]:
     lim = results.get("limits", {})
 
     def limit(w, key):
-        return limit_of(lim, w, key)
+        v = lim.get(w, {}).get(key) if isinstance(lim.get(w), dict) else None
+        return v or None
     for w in [w for w in ("A", "B", "C") if w in ws]:
         add(f"{w}: raw gather / 0.5.0 raw gather",
             ratio(gather(results, w, "ours-raw"), gather(results, w, "0.5.0-raw")), "≥", 2)
@@ -167,15 +162,15 @@ def targets(results) -> list[tuple[str, float | None, str, bool | None]]:
                 if cfg.startswith("ours-"):
                     add(f"{w} ({cfg}): loader peak RSS, MiB", None, "≤", "limit", "")
                 continue
-            limit = (r["prefetch"] + r["num_workers"] + 2) * r["batch_bytes"] / MIB + 64
+            rss_limit = (r["prefetch"] + r["num_workers"] + 2) * r["batch_bytes"] / MIB + 64
             peaks = r.get("rss_peaks", {})
             note = f"peak {fmt(r['peak_rss_mib'])} MiB"
             if "RssAnon" in peaks:
-                met = "within" if peaks["RssAnon"] <= limit else "over"
+                met = "within" if peaks["RssAnon"] <= rss_limit else "over"
                 note += (f"; sampled peaks: {fmt(peaks['RssAnon'])} MiB anonymous ({met} the "
                          f"limit: batches, buffers, Python) and {fmt(peaks.get('RssFile'))} MiB "
                          f"file-backed (the store's mapped pages, shared libraries)")
-            kept, dropped, pread = (limit_of(lim, w, k) for k in
+            kept, dropped, pread = (limit(w, k) for k in
                                     ("mapped_kept_mb_s", "mapped_dropped_mb_s", "pread_mb_s"))
             if kept and dropped and pread:
                 note += (f"; limit: the store's pages count as RSS because gathers read them "
@@ -183,8 +178,8 @@ def targets(results) -> list[tuple[str, float | None, str, bool | None]]:
                          f"{fmt(pread / kept)}× (a pread per record) or {fmt(dropped / kept)}× "
                          f"(mapping dropped after each batch) the speed on one core")
             add(f"{w} ({cfg.split('-', 1)[1]}): loader peak RSS / "
-                f"((prefetch+workers+2) × batch + 64 MiB = {limit:.0f} MiB)",
-                r["peak_rss_mib"] / limit, "≤", 1, note=note)
+                f"((prefetch+workers+2) × batch + 64 MiB = {rss_limit:.0f} MiB)",
+                r["peak_rss_mib"] / rss_limit, "≤", 1, note=note)
     return out
 
 

@@ -277,7 +277,6 @@ def job_loader(args) -> dict:
                      "mb_s": mb_s(count / dt, sample_bytes)})
     res["runs"] = runs
     res["peak_rss_mib"] = common.peak_rss_mib()  # before the check touches the source
-    res["rss_now"] = common.rss_now()
     res["rss_peaks"] = sampler.stop()
     batches = [(b["data"], b["label"]) for b in (next(it), next(it))]
     err = _check_batches(args, batches)

@@ -70,12 +70,7 @@ fn file_reads(path: &str, bytes: &[u8]) -> (f64, f64, f64) {
     let batches: Vec<Vec<usize>> = (0..batch_count)
         .map(|_| {
             (0..256)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    start + (state % count as u64) as usize * record_len
-                })
+                .map(|_| start + (xorshift(&mut state) % count as u64) as usize * record_len)
                 .collect()
         })
         .collect();
@@ -110,6 +105,15 @@ fn file_reads(path: &str, bytes: &[u8]) -> (f64, f64, f64) {
     (kept, dropped, pread)
 }
 
+/// The next number of a xorshift generator: fixed pseudo-random orders, the
+/// same each run.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
 /// Median bytes per second of `pass` (which processes `bytes` bytes).
 fn speed(bytes: usize, mut pass: impl FnMut()) -> f64 {
     let mut runs = Vec::new();
@@ -136,10 +140,7 @@ fn main() {
         let mut order: Vec<usize> = (0..all.len()).collect();
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
         for i in (1..order.len()).rev() {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            order.swap(i, (state % (i as u64 + 1)) as usize);
+            order.swap(i, (xorshift(&mut state) % (i as u64 + 1)) as usize);
         }
         let all_bytes = all.len() * record_len;
         let copy_part = |part: &[usize]| {
