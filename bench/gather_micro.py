@@ -4,10 +4,12 @@ behind bench/README.md's "What the profile showed".
     .venv/bin/python bench/gather_micro.py D lz4            # after bench/run.sh made the data
     RAYON_NUM_THREADS=1 .venv/bin/python bench/gather_micro.py D lz4   # one gather thread
 
-Times 256-record batches of random indices three ways, median of 5 passes:
-`Dataset.__getitems__` (recycled batch memory), `np.empty` + `Zrecord.gather`
-(fresh memory each batch, as before batch memory was recycled) and
-`Zrecord.gather` into one preallocated array (memory already mapped).
+Times 256-record batches of random indices, median of 5 passes:
+`Dataset.__getitems__` (recycled batch memory), the same keeping the previous
+batch alive (as a training loop does), `np.empty` + `Zrecord.gather` (fresh
+memory each batch, as before batch memory was recycled), `Zrecord.gather` into
+one preallocated array (memory already mapped), into two taken in turn, and
+as many batches from a `DataLoader` (4 workers, 4 steps of prefetch).
 """
 
 import sys
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loaderx import Dataset
+from loaderx import DataLoader, Dataset
 
 workload, codec = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "raw"
 src = np.load(Path(__file__).parent / "out" / "data" / "full" / f"{workload}.npy", mmap_mode="r")
@@ -27,15 +29,25 @@ with tempfile.TemporaryDirectory() as tmp:
     rng = np.random.default_rng(0)
     batches = [rng.integers(0, len(ds), 256) for _ in range(max(20, (1 << 30) // (256 * size)))]
     wide = [b.astype(np.uint64) for b in batches]
-    out = np.empty(256 * size, dtype=np.uint8)
+    outs = [np.empty(256 * size, dtype=np.uint8) for _ in range(2)]
+    kept = [None]
+    loader = DataLoader(ds, num_workers=4, batch_size=256, prefetch_size=4)
+    steps = iter(loader)
 
     def fresh(i):
         zr.gather(i, np.empty(256 * size, dtype=np.uint8), size)
 
+    def keep(b):
+        kept[0] = ds.__getitems__(b)
+
     ways = {
         "recycled (__getitems__)": lambda: [ds.__getitems__(b).shape for b in batches],
+        "previous batch kept (__getitems__)": lambda: [keep(b) for b in batches],
         "fresh (np.empty + gather)": lambda: [fresh(i) for i in wide],
-        "preallocated (gather)": lambda: [zr.gather(i, out, size) for i in wide],
+        "preallocated (gather)": lambda: [zr.gather(i, outs[0], size) for i in wide],
+        "two preallocated in turn (gather)": lambda: [
+            zr.gather(i, outs[k % 2], size) for k, i in enumerate(wide)],
+        "DataLoader": lambda: [next(steps)["data"].shape for _ in batches],
     }
     for way in ways.values():
         way()  # warm: page cache and mappings
@@ -46,4 +58,6 @@ with tempfile.TemporaryDirectory() as tmp:
             way()
             runs.append(len(batches) * 256 * size / 1e6 / (time.perf_counter() - t))
         print(f"{workload} {codec} {name}: {np.median(runs):,.0f} MB/s")
+    loader.close()
+    kept[0] = None
     ds.close()

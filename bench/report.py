@@ -45,8 +45,8 @@ def write_mb(results, w, cfg, durable="True"):
     return wm.get(durable, wm.get("None"))
 
 
-def loader_bs(results, kind, w, cfg):
-    return runs_median(results[kind].get(w, {}).get(cfg), "runs", "batches_s")
+def loader_bs(results, kind, w, cfg, runs="runs"):
+    return runs_median(results[kind].get(w, {}).get(cfg), runs, "batches_s")
 
 
 # -- formatting -------------------------------------------------------------------
@@ -139,9 +139,14 @@ def targets(results) -> list[tuple[str, float | None, str, bool | None]]:
             if not cfg.startswith("ours-"):
                 continue
             codec = cfg.split("-", 1)[1]
-            add(f"{w} ({codec}): DataLoader / bare __getitems__ loop",
-                ratio(loader_bs(results, "loader", w, cfg), loader_bs(results, "bare", w, cfg)),
-                "≥", 0.9)
+            dl, bare = loader_bs(results, "loader", w, cfg), loader_bs(results, "bare", w, cfg)
+            kept = loader_bs(results, "bare", w, cfg, "kept_runs")
+            note = (f"limit: the bare loop keeping the previous batch alive while it gathers "
+                    f"the next (as the consumer of any prefetching loader does) runs at "
+                    f"{fmt(ratio(kept, bare), 2)}× the bare loop; DataLoader / that loop = "
+                    f"{fmt(ratio(dl, kept), 2)}" if kept and bare and dl else "")
+            add(f"{w} ({codec}): DataLoader / bare __getitems__ loop", ratio(dl, bare), "≥", 0.9,
+                note=note)
             add(f"{w} ({codec}): DataLoader / 0.5.0 DataLoader",
                 ratio(loader_bs(results, "loader", w, cfg),
                       loader_bs(results, "loader", w, f"0.5.0-{codec}")), "≥", 2)
@@ -277,9 +282,10 @@ def rss_cell(r) -> str:
 
 def loader_table(results) -> str:
     rows = ["| workload | codec | ours DataLoader batches/s | bare `__getitems__` batches/s | DL / bare "
+            "| bare, previous batch kept | DL / that "
             "| 0.5.0 DataLoader batches/s | ours / 0.5.0 | 0.5.0 bare batches/s | ours peak RSS MiB "
             "(sampled peaks: anon + file-backed) | RSS limit MiB | 0.5.0 peak RSS MiB | status |",
-            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for w, cfgs in results.get("loader", {}).items():
         for cfg in cfgs:
             if not cfg.startswith("ours-"):
@@ -287,6 +293,7 @@ def loader_table(results) -> str:
             codec = cfg.split("-", 1)[1]
             ref = f"0.5.0-{codec}"
             dl, bare = loader_bs(results, "loader", w, cfg), loader_bs(results, "bare", w, cfg)
+            kept = loader_bs(results, "bare", w, cfg, "kept_runs")
             rdl, rbare = loader_bs(results, "loader", w, ref), loader_bs(results, "bare", w, ref)
             r, rr = cfgs[cfg], cfgs.get(ref)
             limit = ((r["prefetch"] + r["num_workers"] + 2) * r["batch_bytes"] / MIB + 64) if ok(r) else None
@@ -295,7 +302,8 @@ def loader_table(results) -> str:
             st = "ok" if all(s == "ok" for s in statuses.values()) else "; ".join(
                 f"{k}: {s}" for k, s in statuses.items() if s != "ok")
             rows.append("| " + " | ".join([
-                w, codec, fmt(dl), fmt(bare), fmt(ratio(dl, bare), 2), fmt(rdl), fmt(ratio(dl, rdl), 2),
+                w, codec, fmt(dl), fmt(bare), fmt(ratio(dl, bare), 2), fmt(kept),
+                fmt(ratio(dl, kept), 2), fmt(rdl), fmt(ratio(dl, rdl), 2),
                 fmt(rbare), rss_cell(r), fmt(limit), rss_cell(rr), st]) + " |")
     return "\n".join(rows) + "\n"
 

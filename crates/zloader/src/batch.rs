@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use zsampler::Sampler;
 
-use crate::batch_buffer::BatchBuffer;
+use crate::batch_buffer::{BatchBuffer, Recycler};
 use crate::error::{LoaderError, Result};
 use crate::stream::{Layout, Stream};
 
@@ -26,11 +26,15 @@ pub struct Batch {
     pub lengths: Vec<Option<Vec<u32>>>,
 }
 
-/// What the workers share: the streams to read and the sampler that says
-/// what to read. Immutable, so workers need no lock to use it.
+/// What the workers share: the streams to read, the sampler that says
+/// what to read, and the recycler of their batch memory. Immutable, so
+/// workers need no lock to use it.
 pub(crate) struct Work {
     pub(crate) streams: Vec<Stream>,
     pub(crate) sampler: Sampler,
+    /// Memory of fixed-size batches; ragged ones, whose size varies from
+    /// step to step, use the shared recycler.
+    pub(crate) recycler: Arc<Recycler>,
 }
 
 impl Work {
@@ -48,7 +52,7 @@ impl Work {
             match stream.layout {
                 Layout::Fixed(record_len) => {
                     let len = indices.len() * record_len;
-                    let mut buffer = BatchBuffer::new(len)
+                    let mut buffer = BatchBuffer::new_in(&self.recycler, len)
                         .ok_or(LoaderError::OutOfMemory { step, bytes: len })?;
                     stream
                         .store

@@ -5,36 +5,46 @@
 //! kernel when they are freed, so every batch paid that again: gathering
 //! into fresh memory ran at 0.46–0.8× the speed of gathering into memory
 //! already written once (bench/README.md, "Batch memory"). A dropped
-//! [`BatchBuffer`] goes to a small process-wide idle list instead, and the
-//! next batch of about the same size takes it back, pages already mapped.
+//! [`BatchBuffer`] goes back to the [`Recycler`] it came from instead, and
+//! the next batch of about the same size takes it back, pages already
+//! mapped.
 //!
-//! The idle list is bounded ([`MAX_IDLE_PER_CLASS`] buffers per size class,
-//! [`MAX_IDLE_BYTES`] in all, none over [`MAX_POOLED`]); when a returned
-//! buffer does not fit, the buffers idle longest make room, since the batch
-//! size in use now is the one that comes back. It is only ever `try_lock`ed: a thread
-//! that finds it busy — or a forked child that inherited it locked —
-//! allocates or frees as if there were no pool.
+//! There is one shared recycler, for gathers made on their own
+//! ([`BatchBuffer::new`]): [`SHARED_PER_CLASS`] buffers per size class,
+//! [`SHARED_BYTES`] in all, none over [`SHARED_MAX_CAPACITY`]. A loader has
+//! one of its own ([`Recycler::new`]) sized by how many batches it has in
+//! flight, which the shared bounds cannot know: with 40 MiB batches, four
+//! workers and four prefetched steps, the shared list kept too few and one
+//! batch in ten came in fresh memory (bench/README.md, "A loader's own
+//! recycler").
+//!
+//! When a returned buffer does not fit, the buffers idle longest make room,
+//! since the batch size in use now is the one that comes back. Idle lists
+//! are only ever `try_lock`ed: a thread that finds one busy — or a forked
+//! child that inherited it locked — allocates or frees as if there were no
+//! recycler.
 
 use std::alloc::Layout;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Buffers are cache-line aligned, so that every dtype views them aligned
 /// and two batches never share a line.
 const ALIGN: usize = 64;
 /// Smaller buffers are left to the allocator, which keeps them mapped.
 const MIN_POOLED: usize = 64 << 10;
-/// Idle buffers kept per size class: enough for a consumer that holds a
-/// few batches while workers fill the next ones.
-pub const MAX_IDLE_PER_CLASS: usize = 4;
-/// Idle bytes kept in all.
-pub const MAX_IDLE_BYTES: usize = 256 << 20;
-/// Bigger buffers are freed: they come from one-off gathers (a whole
-/// dataset at once), which must not pin their memory or crowd the batches
-/// of the training loop out of the list.
-pub const MAX_POOLED: usize = 64 << 20;
+/// Idle buffers the shared recycler keeps per size class: enough for a
+/// caller that holds a few batches while it gathers the next ones.
+pub const SHARED_PER_CLASS: usize = 4;
+/// Idle bytes the shared recycler keeps in all.
+pub const SHARED_BYTES: usize = 256 << 20;
+/// Bigger buffers are not kept by the shared recycler: they come from
+/// one-off gathers (a whole dataset at once), which must not pin their
+/// memory or crowd the batches of a training loop out of the list.
+pub const SHARED_MAX_CAPACITY: usize = 64 << 20;
 
 struct Idle {
     bytes: usize,
@@ -46,10 +56,116 @@ struct Idle {
 // SAFETY: the idle allocations are owned by the list, not shared.
 unsafe impl Send for Idle {}
 
-static IDLE: Mutex<Idle> = Mutex::new(Idle {
-    bytes: 0,
-    buffers: Vec::new(),
-});
+/// Where dropped [`BatchBuffer`]s wait to be taken again, within bounds.
+pub struct Recycler {
+    idle: Mutex<Idle>,
+    per_class: usize,
+    max_bytes: usize,
+    max_capacity: usize,
+    /// Set by [`Recycler::close`]: buffers returned from then on are freed.
+    closed: AtomicBool,
+}
+
+static SHARED: Recycler =
+    Recycler::with_bounds(SHARED_PER_CLASS, SHARED_BYTES, SHARED_MAX_CAPACITY);
+
+impl Recycler {
+    const fn with_bounds(per_class: usize, max_bytes: usize, max_capacity: usize) -> Recycler {
+        Recycler {
+            idle: Mutex::new(Idle {
+                bytes: 0,
+                buffers: Vec::new(),
+            }),
+            per_class,
+            max_bytes,
+            max_capacity,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// A recycler that keeps up to `per_class` idle buffers of each size
+    /// class and `max_bytes` in all, of any size: for a loader, which knows
+    /// how many batches it has in flight and how big they are.
+    pub fn new(per_class: usize, max_bytes: usize) -> Arc<Recycler> {
+        Arc::new(Recycler::with_bounds(per_class, max_bytes, usize::MAX))
+    }
+
+    /// Frees the idle buffers, and from now on every buffer returned: the
+    /// loader that used them has stopped. Waits for the idle list, so not
+    /// for a forked child that may have inherited it locked.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let buffers = match self.idle.lock() {
+            Ok(mut idle) => {
+                idle.bytes = 0;
+                std::mem::take(&mut idle.buffers)
+            }
+            Err(_) => return,
+        };
+        for (capacity, ptr) in buffers {
+            free(capacity, ptr);
+        }
+    }
+
+    fn keeps(&self, capacity: usize) -> bool {
+        (MIN_POOLED..=self.max_capacity).contains(&capacity) && capacity <= self.max_bytes
+    }
+
+    /// An idle allocation of exactly `capacity` bytes, the most recently
+    /// returned (its pages are the likeliest to be cached).
+    fn take(&self, capacity: usize) -> Option<NonNull<u8>> {
+        if !self.keeps(capacity) {
+            return None;
+        }
+        let mut idle = self.idle.try_lock().ok()?;
+        let k = idle.buffers.iter().rposition(|&(c, _)| c == capacity)?;
+        let (_, ptr) = idle.buffers.remove(k);
+        idle.bytes -= capacity;
+        Some(ptr)
+    }
+
+    /// Bytes kept idle now.
+    #[cfg(test)]
+    pub(crate) fn idle_bytes(&self) -> usize {
+        self.idle.lock().unwrap().bytes
+    }
+
+    /// Keeps `ptr` for a later [`Recycler::take`], or frees it.
+    fn give(&self, capacity: usize, ptr: NonNull<u8>) {
+        if self.keeps(capacity) && !self.closed.load(Ordering::Acquire) {
+            if let Ok(mut idle) = self.idle.try_lock() {
+                let same = idle.buffers.iter().filter(|&&(c, _)| c == capacity).count();
+                if same < self.per_class {
+                    // Freed after the lock is let go: freeing a big buffer
+                    // is a system call.
+                    let mut evicted = Vec::new();
+                    while idle.bytes + capacity > self.max_bytes {
+                        let (capacity, ptr) = idle.buffers.remove(0);
+                        idle.bytes -= capacity;
+                        evicted.push((capacity, ptr));
+                    }
+                    idle.bytes += capacity;
+                    idle.buffers.push((capacity, ptr));
+                    drop(idle);
+                    for (capacity, ptr) in evicted {
+                        free(capacity, ptr);
+                    }
+                    return;
+                }
+            }
+        }
+        free(capacity, ptr);
+    }
+}
+
+impl Drop for Recycler {
+    fn drop(&mut self) {
+        let idle = self.idle.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (capacity, ptr) in idle.buffers.drain(..) {
+            free(capacity, ptr);
+        }
+    }
+}
 
 /// A byte buffer of a batch: an aligned allocation whose capacity is `len`
 /// rounded up to a size class (four per power of two), so that batches of
@@ -62,6 +178,8 @@ pub struct BatchBuffer {
     ptr: NonNull<u8>,
     len: usize,
     capacity: usize,
+    /// The recycler it goes back to; `None` for the shared one.
+    home: Option<Arc<Recycler>>,
 }
 
 // SAFETY: a `BatchBuffer` owns its allocation exclusively, like a `Vec<u8>`.
@@ -70,39 +188,55 @@ unsafe impl Sync for BatchBuffer {}
 
 /// The capacity class of a `len`-byte buffer: `len` rounded up to a
 /// quarter of its power of two (at most 25 % more), and to `ALIGN`.
-fn class(len: usize) -> Option<usize> {
+pub(crate) fn class(len: usize) -> Option<usize> {
     let floor_power = 1usize << len.max(1).ilog2();
     len.checked_next_multiple_of((floor_power / 4).max(ALIGN))
 }
 
 impl BatchBuffer {
-    /// A buffer of `len` bytes, recycled when an idle one of its class is
-    /// available; `None` when the allocator refuses the memory.
+    /// A buffer of `len` bytes from the shared recycler; `None` when the
+    /// allocator refuses the memory.
     pub fn new(len: usize) -> Option<BatchBuffer> {
+        BatchBuffer::with_home(len, None)
+    }
+
+    /// A buffer of `len` bytes from `recycler`, which it returns to when
+    /// dropped; `None` when the allocator refuses the memory.
+    pub fn new_in(recycler: &Arc<Recycler>, len: usize) -> Option<BatchBuffer> {
+        BatchBuffer::with_home(len, Some(recycler.clone()))
+    }
+
+    fn with_home(len: usize, home: Option<Arc<Recycler>>) -> Option<BatchBuffer> {
         if len == 0 {
             return Some(BatchBuffer {
                 ptr: NonNull::<[u8; ALIGN]>::dangling().cast(),
                 len,
                 capacity: 0,
+                home: None,
             });
         }
         let capacity = class(len)?;
-        if (MIN_POOLED..=MAX_POOLED).contains(&capacity) {
-            if let Ok(mut idle) = IDLE.try_lock() {
-                if let Some(k) = idle.buffers.iter().rposition(|&(c, _)| c == capacity) {
-                    let (_, ptr) = idle.buffers.remove(k);
-                    idle.bytes -= capacity;
-                    return Some(BatchBuffer { ptr, len, capacity });
-                }
-            }
+        let recycler = home.as_deref().unwrap_or(&SHARED);
+        if let Some(ptr) = recycler.take(capacity) {
+            return Some(BatchBuffer {
+                ptr,
+                len,
+                capacity,
+                home,
+            });
         }
         let layout = Layout::from_size_align(capacity, ALIGN).ok()?;
         // SAFETY: `layout` has a non-zero size. Fresh memory is zeroed (for
         // this alignment the allocator writes the zeros itself); its pages
         // are faulted in and cleared by that first write, which is the cost
-        // the idle list saves.
+        // recycling saves.
         let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
-        Some(BatchBuffer { ptr, len, capacity })
+        Some(BatchBuffer {
+            ptr,
+            len,
+            capacity,
+            home,
+        })
     }
 
     /// Number of bytes.
@@ -118,36 +252,10 @@ impl BatchBuffer {
 
 impl Drop for BatchBuffer {
     fn drop(&mut self) {
-        if self.capacity == 0 {
-            return;
+        if self.capacity != 0 {
+            let recycler = self.home.as_deref().unwrap_or(&SHARED);
+            recycler.give(self.capacity, self.ptr);
         }
-        if (MIN_POOLED..=MAX_POOLED).contains(&self.capacity) {
-            if let Ok(mut idle) = IDLE.try_lock() {
-                let same = idle
-                    .buffers
-                    .iter()
-                    .filter(|&&(c, _)| c == self.capacity)
-                    .count();
-                if same < MAX_IDLE_PER_CLASS {
-                    // Freed after the lock is let go: freeing a big buffer
-                    // is a system call.
-                    let mut evicted = Vec::new();
-                    while idle.bytes + self.capacity > MAX_IDLE_BYTES {
-                        let (capacity, ptr) = idle.buffers.remove(0);
-                        idle.bytes -= capacity;
-                        evicted.push((capacity, ptr));
-                    }
-                    idle.bytes += self.capacity;
-                    idle.buffers.push((self.capacity, self.ptr));
-                    drop(idle);
-                    for (capacity, ptr) in evicted {
-                        free(capacity, ptr);
-                    }
-                    return;
-                }
-            }
-        }
-        free(self.capacity, self.ptr);
     }
 }
 
@@ -226,16 +334,17 @@ impl PartialEq<Vec<u8>> for BatchBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
-    /// The tests that look into the idle list run one at a time.
+    /// The tests that look into the shared idle list run one at a time.
     static SERIAL: Mutex<()> = Mutex::new(());
 
     fn serial() -> std::sync::MutexGuard<'static, ()> {
         SERIAL.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn idle_of(capacity: usize) -> usize {
-        let idle = IDLE.lock().unwrap();
+    fn idle_of(recycler: &Recycler, capacity: usize) -> usize {
+        let idle = recycler.idle.lock().unwrap();
         idle.buffers.iter().filter(|&&(c, _)| c == capacity).count()
     }
 
@@ -279,18 +388,15 @@ mod tests {
     }
 
     #[test]
-    fn the_idle_list_stays_bounded() {
+    fn the_shared_idle_list_stays_bounded() {
         let _serial = serial();
         let len = 7 << 20;
-        let held: Vec<_> = (0..MAX_IDLE_PER_CLASS + 3)
+        let held: Vec<_> = (0..SHARED_PER_CLASS + 3)
             .map(|_| BatchBuffer::new(len).unwrap())
             .collect();
         drop(held);
-        let idle = IDLE.lock().unwrap();
-        let capacity = class(len).unwrap();
-        let same = idle.buffers.iter().filter(|&&(c, _)| c == capacity).count();
-        assert_eq!(same, MAX_IDLE_PER_CLASS);
-        assert!(idle.bytes <= MAX_IDLE_BYTES);
+        assert_eq!(idle_of(&SHARED, class(len).unwrap()), SHARED_PER_CLASS);
+        assert!(SHARED.idle_bytes() <= SHARED_BYTES);
     }
 
     /// A one-off huge gather neither stays pooled nor stops the batches of
@@ -298,25 +404,69 @@ mod tests {
     #[test]
     fn big_one_off_buffers_do_not_crowd_out_batches() {
         let _serial = serial();
-        let huge = BatchBuffer::new(MAX_POOLED + 1).unwrap();
+        let huge = BatchBuffer::new(SHARED_MAX_CAPACITY + 1).unwrap();
         let huge_capacity = huge.capacity;
         drop(huge);
-        assert_eq!(idle_of(huge_capacity), 0, "over MAX_POOLED is freed");
+        assert_eq!(idle_of(&SHARED, huge_capacity), 0, "too big to keep");
 
         // Fill the list to its byte limit with buffers of another size.
-        let filler = MAX_IDLE_BYTES / MAX_IDLE_PER_CLASS;
-        let held: Vec<_> = (0..MAX_IDLE_PER_CLASS)
+        let filler = SHARED_BYTES / SHARED_PER_CLASS;
+        let held: Vec<_> = (0..SHARED_PER_CLASS)
             .map(|_| BatchBuffer::new(filler).unwrap())
             .collect();
         drop(held);
-        assert_eq!(IDLE.lock().unwrap().bytes, MAX_IDLE_BYTES);
+        assert_eq!(SHARED.idle_bytes(), SHARED_BYTES);
 
         let batch = BatchBuffer::new(3 << 20).unwrap();
         let (capacity, addr) = (batch.capacity, batch.as_ptr());
         drop(batch);
-        assert_eq!(idle_of(capacity), 1, "the newest buffer evicts the oldest");
-        assert_eq!(idle_of(filler), MAX_IDLE_PER_CLASS - 1);
-        assert!(IDLE.lock().unwrap().bytes <= MAX_IDLE_BYTES);
+        assert_eq!(
+            idle_of(&SHARED, capacity),
+            1,
+            "the newest buffer evicts the oldest"
+        );
+        assert_eq!(idle_of(&SHARED, filler), SHARED_PER_CLASS - 1);
+        assert!(SHARED.idle_bytes() <= SHARED_BYTES);
         assert_eq!(BatchBuffer::new(3 << 20).unwrap().as_ptr(), addr);
+    }
+
+    /// A loader's recycler keeps every batch it has in flight, however many
+    /// and however big, so a burst of returns costs no fresh memory later;
+    /// closing it gives the memory back.
+    #[test]
+    fn a_loaders_recycler_keeps_its_batches_until_closed() {
+        let (in_flight, len) = (10, 70 << 20);
+        let capacity = class(len).unwrap();
+        let recycler = Recycler::new(in_flight, in_flight * capacity);
+        let first: Vec<_> = (0..in_flight + 2)
+            .map(|_| BatchBuffer::new_in(&recycler, len).unwrap())
+            .collect();
+        let addrs: HashSet<_> = first.iter().map(|b| b.as_ptr()).collect();
+        drop(first);
+        assert_eq!(
+            idle_of(&recycler, capacity),
+            in_flight,
+            "beyond its bound it frees"
+        );
+        assert_eq!(recycler.idle_bytes(), in_flight * capacity);
+
+        let again: Vec<_> = (0..in_flight)
+            .map(|_| BatchBuffer::new_in(&recycler, len).unwrap())
+            .collect();
+        assert!(
+            again.iter().all(|b| addrs.contains(&b.as_ptr())),
+            "all recycled"
+        );
+        assert_eq!(recycler.idle_bytes(), 0);
+        drop(again);
+
+        recycler.close();
+        assert_eq!(recycler.idle_bytes(), 0, "closing frees the idle buffers");
+        drop(BatchBuffer::new_in(&recycler, len).unwrap());
+        assert_eq!(
+            idle_of(&recycler, capacity),
+            0,
+            "a closed recycler keeps nothing"
+        );
     }
 }

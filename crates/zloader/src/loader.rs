@@ -8,6 +8,7 @@ use std::time::Duration;
 use zsampler::Sampler;
 
 use crate::batch::{Batch, Work};
+use crate::batch_buffer::{class, Recycler};
 use crate::error::{LoaderError, Result};
 use crate::schedule::{Schedule, Taken};
 use crate::stream::{Layout, Stream};
@@ -44,6 +45,7 @@ impl Default for LoaderOptions {
 /// can drop an inherited loader safely and create a new one.
 pub struct Loader {
     schedule: Arc<Schedule>,
+    recycler: Arc<Recycler>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     owner: u32,
 }
@@ -85,10 +87,16 @@ impl Loader {
                 }
             }
         }
+        let recycler = recycler_for(&streams, &sampler, options);
         let schedule = Arc::new(Schedule::new(sampler.step(), options.prefetch as u64));
-        let work = Arc::new(Work { streams, sampler });
+        let work = Arc::new(Work {
+            streams,
+            sampler,
+            recycler: recycler.clone(),
+        });
         let loader = Loader {
             schedule,
+            recycler,
             workers: Mutex::new(Vec::with_capacity(options.num_workers)),
             owner: std::process::id(),
         };
@@ -143,9 +151,11 @@ impl Loader {
         }
     }
 
-    /// Stops the workers and waits for them; finished batches are dropped.
-    /// Returns once every worker has exited, which takes at most the time of
-    /// the gathers in flight. Idempotent; a no-op in a forked child.
+    /// Stops the workers and waits for them; finished batches are dropped,
+    /// and so is the memory kept for recycling (batches still held by the
+    /// caller are freed when they are dropped). Returns once every worker
+    /// has exited, which takes at most the time of the gathers in flight.
+    /// Idempotent; a no-op in a forked child.
     pub fn close(&self) {
         if self.check_process().is_err() {
             return;
@@ -157,6 +167,7 @@ impl Loader {
             // catch itself failed; there is nothing left to clean up then.
             let _ = handle.join();
         }
+        self.recycler.close();
     }
 
     /// The step of the batch (or error) that the next [`Loader::next`]
@@ -180,10 +191,33 @@ impl Drop for Loader {
             // been copied mid-use: touch nothing, join nothing.
             let workers = std::mem::take(self.workers.get_mut().unwrap_or_else(|e| e.into_inner()));
             std::mem::forget(workers);
+            std::mem::forget(self.recycler.clone());
             return;
         }
         self.close();
     }
+}
+
+/// The recycler of a loader's fixed-size batches: it keeps as many of each
+/// stream's batches as can be alive at once (the steps in flight, one per
+/// worker and two with the consumer: the bound of the loader's memory), so
+/// that after the first few steps no batch needs fresh memory.
+fn recycler_for(streams: &[Stream], sampler: &Sampler, options: LoaderOptions) -> Arc<Recycler> {
+    let alive = options
+        .prefetch
+        .saturating_add(options.num_workers)
+        .saturating_add(2);
+    let bytes = streams
+        .iter()
+        .filter_map(|s| match s.layout {
+            Layout::Fixed(record_len) => class(record_len * sampler.local_batch_size()),
+            Layout::Ragged => None,
+        })
+        .fold(0usize, usize::saturating_add);
+    Recycler::new(
+        alive.saturating_mul(streams.len()),
+        alive.saturating_mul(bytes),
+    )
 }
 
 fn worker(schedule: &Schedule, work: &Arc<Work>) {
@@ -191,5 +225,61 @@ fn worker(schedule: &Schedule, work: &Arc<Work>) {
         let result = catch_unwind(AssertUnwindSafe(|| work.gather(step)))
             .unwrap_or(Err(LoaderError::WorkerPanicked { step }));
         schedule.finish(step, result);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zrecord::{AppendOptions, Store};
+    use zsampler::Mode;
+
+    /// A loader's batches go back to its own recycler, which keeps no more
+    /// than the loader can have alive, and closing the loader gives that
+    /// memory back, including batches the caller drops later.
+    #[test]
+    fn a_loader_recycles_its_batches_and_frees_them_when_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("data.zr")).unwrap();
+        let (n, len, batch) = (1000, 1024, 100);
+        let records: Vec<u8> = (0..n * len).map(|b| (b % 251) as u8).collect();
+        store
+            .append_fixed(&records, n, len, &AppendOptions::default())
+            .unwrap();
+        let sampler = Sampler::new(n as u64, batch, Mode::Iid, 7).unwrap();
+        // One worker, one step ahead: while the test holds batches, the
+        // worker takes at most one idle buffer (and, taking it, can make at
+        // most one return miss the try_locked list).
+        let options = LoaderOptions {
+            num_workers: 1,
+            prefetch: 1,
+        };
+        let loader =
+            Loader::new(vec![Stream::new(Arc::new(store), len)], sampler, options).unwrap();
+        let capacity = class(len * batch).unwrap();
+        let alive = options.prefetch + options.num_workers + 2;
+
+        for _ in 0..50 {
+            drop(loader.next().unwrap());
+        }
+        let mut held: Vec<Batch> = (0..4).map(|_| loader.next().unwrap()).collect();
+        let kept = held.pop().unwrap();
+        drop(held);
+        let idle = loader.recycler.idle_bytes();
+        assert!(idle >= capacity, "dropped batches wait to be reused");
+        assert!(idle <= alive * capacity, "{idle} bytes idle");
+
+        loader.close();
+        assert_eq!(
+            loader.recycler.idle_bytes(),
+            0,
+            "closing frees the idle batches"
+        );
+        drop(kept);
+        assert_eq!(
+            loader.recycler.idle_bytes(),
+            0,
+            "and those dropped after it"
+        );
     }
 }
