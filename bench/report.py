@@ -141,8 +141,8 @@ def targets(results) -> list[tuple[str, float | None, str, bool | None]]:
             codec = cfg.split("-", 1)[1]
             dl, bare = loader_bs(results, "loader", w, cfg), loader_bs(results, "bare", w, cfg)
             kept = loader_bs(results, "bare", w, cfg, "kept_runs")
-            note = (f"limit: the bare loop keeping the previous batch alive while it gathers "
-                    f"the next (as the consumer of any prefetching loader does) runs at "
+            note = (f"the bare loop keeping the previous batch alive while it gathers the "
+                    f"next (as the consumer of any prefetching loader does) runs at "
                     f"{fmt(ratio(kept, bare), 2)}× the bare loop; DataLoader / that loop = "
                     f"{fmt(ratio(dl, kept), 2)}" if kept and bare and dl else "")
             add(f"{w} ({codec}): DataLoader / bare __getitems__ loop", ratio(dl, bare), "≥", 0.9,

@@ -3,6 +3,8 @@
 
 use std::cell::RefCell;
 
+use crate::streaming_copy::RawCopy;
+
 /// The codec tag byte of a table entry. A plain byte rather than an enum,
 /// because the table is read in place and may hold any value.
 #[repr(transparent)]
@@ -112,26 +114,27 @@ pub(crate) fn encode(codec: Codec, record: &[u8], out: &mut [u8]) -> Option<usiz
 }
 
 /// Decodes a stored record into `dst`, whose length is the record's logical
-/// length. Fails, with a reason, unless exactly `dst.len()` bytes come out.
-pub(crate) fn decode(tag: CodecTag, stored: &[u8], dst: &mut [u8]) -> Result<(), String> {
+/// length, copying raw records with `raw_copy`. Fails, with a reason, unless
+/// exactly `dst.len()` bytes come out.
+pub(crate) fn decode(
+    tag: CodecTag,
+    stored: &[u8],
+    dst: &mut [u8],
+    raw_copy: RawCopy,
+) -> Result<(), String> {
     // Raw records are the common case of the hot path: no coder state.
     if tag == Codec::Raw.tag() && stored.len() == dst.len() {
-        dst.copy_from_slice(stored);
+        raw_copy.copy(dst, stored);
         return Ok(());
     }
     let codec = Codec::from_tag(tag).ok_or_else(|| format!("unknown codec tag {}", tag.0))?;
     let produced = SCRATCH.with_borrow_mut(|s| match codec {
-        Codec::Raw => {
-            if stored.len() != dst.len() {
-                return Err(format!(
-                    "raw record stores {} bytes for a logical length of {}",
-                    stored.len(),
-                    dst.len()
-                ));
-            }
-            dst.copy_from_slice(stored);
-            Ok(stored.len())
-        }
+        // Same lengths took the fast path above.
+        Codec::Raw => Err(format!(
+            "raw record stores {} bytes for a logical length of {}",
+            stored.len(),
+            dst.len()
+        )),
         Codec::Flate => s
             .deflate_dec
             .get_or_insert_with(libdeflater::Decompressor::new)
@@ -177,7 +180,7 @@ mod tests {
                 .unwrap_or_else(|| panic!("{codec:?} did not shrink"));
             assert!(n < record.len());
             let mut back = vec![0; record.len()];
-            decode(codec.tag(), &out[..n], &mut back).unwrap();
+            decode(codec.tag(), &out[..n], &mut back, RawCopy::Cached).unwrap();
             assert_eq!(back, record, "{codec:?}");
         }
     }
@@ -206,10 +209,28 @@ mod tests {
         let mut out = vec![0; encode_bound(record.len())];
         let n = encode(Codec::Flate, &record, &mut out).unwrap();
         // A destination one byte short or long of the logical length fails.
-        assert!(decode(Codec::Flate.tag(), &out[..n], &mut vec![0; 999]).is_err());
-        assert!(decode(Codec::Flate.tag(), &out[..n], &mut vec![0; 1001]).is_err());
-        assert!(decode(CodecTag(9), &out[..n], &mut vec![0; 1000]).is_err());
-        assert!(decode(Codec::Raw.tag(), &record[..10], &mut [0; 11]).is_err());
+        assert!(decode(
+            Codec::Flate.tag(),
+            &out[..n],
+            &mut vec![0; 999],
+            RawCopy::Cached
+        )
+        .is_err());
+        assert!(decode(
+            Codec::Flate.tag(),
+            &out[..n],
+            &mut vec![0; 1001],
+            RawCopy::Cached
+        )
+        .is_err());
+        assert!(decode(CodecTag(9), &out[..n], &mut vec![0; 1000], RawCopy::Cached).is_err());
+        assert!(decode(
+            Codec::Raw.tag(),
+            &record[..10],
+            &mut [0; 11],
+            RawCopy::Cached
+        )
+        .is_err());
     }
 
     #[test]

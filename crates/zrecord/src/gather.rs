@@ -16,6 +16,7 @@ use crate::limits::{MAX_CHUNKS, MAX_RECORD_LEN};
 use crate::record_table::RecordLoc;
 use crate::shard_crew::{participants, run_shards, MAX_SHARDS};
 use crate::store::Store;
+use crate::streaming_copy::RawCopy;
 
 /// Below this much work per shard a batch is not split further. Work is
 /// counted in bytes copied. Handing a shard to a helper of the shard crew
@@ -122,6 +123,7 @@ impl Store {
             ptr: dst.as_mut_ptr(),
         };
         let dst_len = dst.len();
+        let raw_copy = RawCopy::for_batch(dst_len);
         // Shard `k` writes the slots of its records, the last one up to the
         // end of `dst`.
         let block = |idxs: &[u64], first: usize| -> Result<()> {
@@ -136,7 +138,7 @@ impl Store {
                 let loc = self.meta.entry(index as usize);
                 let start = k * stride;
                 let end = start + loc.logic_length as usize;
-                self.decode_into(index, loc, &mut dst[start..end])?;
+                self.decode_into(index, loc, &mut dst[start..end], raw_copy)?;
                 // Recycled batch memory holds an earlier batch's bytes: a
                 // short record's slot must not show them.
                 let slot_end = (start + stride).min(dst.len());
@@ -181,6 +183,7 @@ impl Store {
         if !ordered {
             self.check_disjoint(idxs, offsets)?;
         }
+        let raw_copy = RawCopy::for_batch(dst.len());
         let shared = SharedDst {
             ptr: dst.as_mut_ptr(),
         };
@@ -192,7 +195,7 @@ impl Store {
                 // record's range (both checked above), and `dst` is borrowed
                 // mutably for the whole call.
                 let slot = unsafe { shared.slot(offset as usize, loc.logic_length as usize) };
-                self.decode_into(index, loc, slot)?;
+                self.decode_into(index, loc, slot, raw_copy)?;
             }
             Ok(())
         };
@@ -252,8 +255,14 @@ impl Store {
 
     /// Decodes record `index`, stored at `loc`, into `slot` (exactly its
     /// logical length), checking its checksum when gathers verify.
-    pub(crate) fn decode_into(&self, index: u64, loc: RecordLoc, slot: &mut [u8]) -> Result<()> {
-        self.decode_checked(index, loc, slot, self.verify_reads)
+    pub(crate) fn decode_into(
+        &self,
+        index: u64,
+        loc: RecordLoc,
+        slot: &mut [u8],
+        raw_copy: RawCopy,
+    ) -> Result<()> {
+        self.decode_checked(index, loc, slot, self.verify_reads, raw_copy)
     }
 
     /// Decodes as [`Store::decode_into`] does, checking the checksum (if the
@@ -266,6 +275,7 @@ impl Store {
         loc: RecordLoc,
         slot: &mut [u8],
         verify: bool,
+        raw_copy: RawCopy,
     ) -> Result<()> {
         let corrupt = |reason: String| Error::CorruptRecord {
             path: self.path().to_path_buf(),
@@ -308,7 +318,7 @@ impl Store {
                 ))
             })?,
         };
-        decode(loc.codec, stored, slot).map_err(&corrupt)?;
+        decode(loc.codec, stored, slot, raw_copy).map_err(&corrupt)?;
         match &self.checksums {
             Some(checksums) if verify => match checksums.get(index as usize).mismatch(&loc, slot) {
                 Some(reason) => Err(corrupt(reason)),

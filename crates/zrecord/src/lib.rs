@@ -42,6 +42,7 @@ mod record_table;
 mod shard_crew;
 mod stats;
 mod store;
+mod streaming_copy;
 mod thread_pool;
 mod verify;
 

@@ -10,6 +10,7 @@ use crate::io_hook::IoHook;
 use crate::limits::{CHUNK_CAPACITY, MAX_RECORD_LEN};
 use crate::meta_file::MetaFile;
 use crate::record_table::RecordLoc;
+use crate::streaming_copy::RawCopy;
 
 /// How to open a store.
 #[derive(Clone)]
@@ -135,7 +136,7 @@ impl Store {
             .map(|i| {
                 let loc = self.meta.entry(i);
                 scratch.resize((loc.logic_length as usize).min(MAX_RECORD_LEN), 0);
-                self.decode_into(i as u64, loc, &mut scratch)?;
+                self.decode_into(i as u64, loc, &mut scratch, RawCopy::Cached)?;
                 Ok(Checksum::new(crc32c::crc32c(&scratch), &loc))
             })
             .collect::<Result<Vec<_>>>()?;

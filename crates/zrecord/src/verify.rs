@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::store::Store;
+use crate::streaming_copy::RawCopy;
 use crate::thread_pool::{pool, workers};
 
 /// A record that did not decode to its checksummed bytes.
@@ -44,7 +45,7 @@ impl Store {
             for index in start..end {
                 let loc = self.meta.entry(index as usize);
                 scratch.resize((loc.logic_length as usize).min(crate::MAX_RECORD_LEN), 0);
-                match self.decode_checked(index, loc, &mut scratch, true) {
+                match self.decode_checked(index, loc, &mut scratch, true, RawCopy::Cached) {
                     Ok(()) => {}
                     Err(Error::CorruptRecord {
                         index,
