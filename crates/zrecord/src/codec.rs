@@ -208,29 +208,14 @@ mod tests {
         let record = compressible(1000);
         let mut out = vec![0; encode_bound(record.len())];
         let n = encode(Codec::Flate, &record, &mut out).unwrap();
+        let fails = |tag, stored: &[u8], len| {
+            decode(tag, stored, &mut vec![0; len], RawCopy::Cached).is_err()
+        };
         // A destination one byte short or long of the logical length fails.
-        assert!(decode(
-            Codec::Flate.tag(),
-            &out[..n],
-            &mut vec![0; 999],
-            RawCopy::Cached
-        )
-        .is_err());
-        assert!(decode(
-            Codec::Flate.tag(),
-            &out[..n],
-            &mut vec![0; 1001],
-            RawCopy::Cached
-        )
-        .is_err());
-        assert!(decode(CodecTag(9), &out[..n], &mut vec![0; 1000], RawCopy::Cached).is_err());
-        assert!(decode(
-            Codec::Raw.tag(),
-            &record[..10],
-            &mut [0; 11],
-            RawCopy::Cached
-        )
-        .is_err());
+        assert!(fails(Codec::Flate.tag(), &out[..n], 999));
+        assert!(fails(Codec::Flate.tag(), &out[..n], 1001));
+        assert!(fails(CodecTag(9), &out[..n], 1000));
+        assert!(fails(Codec::Raw.tag(), &record[..10], 11));
     }
 
     #[test]
