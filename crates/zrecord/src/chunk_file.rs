@@ -90,6 +90,18 @@ impl ChunkFile {
         Some(&self.map[offset as usize..end as usize])
     }
 
+    /// Asks the kernel to start reading `offset..offset + len` into the page
+    /// cache, without waiting for it. A hint only: skipped for bytes not
+    /// known to be in the file, and its failure changes nothing.
+    pub fn will_need(&self, offset: u32, len: u32) {
+        if len == 0 || offset as u64 + len as u64 > self.size.load(Ordering::Relaxed) {
+            return;
+        }
+        let _ = self
+            .map
+            .advise_range(Advice::WillNeed, offset as usize, len as usize);
+    }
+
     /// Asks the CPU to start loading the first bytes of `offset..offset +
     /// len` into its cache. A hint only: it never faults, and it is skipped
     /// for bytes not known to be in the file.

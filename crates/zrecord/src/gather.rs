@@ -148,7 +148,7 @@ impl Store {
             }
             Ok(())
         };
-        sharded(idxs.len(), total, &|range| {
+        self.run_batch(idxs, total, &|range| {
             block(&idxs[range.clone()], range.start)
         })
     }
@@ -199,9 +199,32 @@ impl Store {
             }
             Ok(())
         };
-        sharded(idxs.len(), total, &|range| {
+        self.run_batch(idxs, total, &|range| {
             block(&idxs[range.clone()], &offsets[range])
         })
+    }
+
+    /// Runs the shards of a batch of `work` (see [`sharded`]), asking for
+    /// its records ahead first while the store is cold, and now and then
+    /// judging whether it still is.
+    fn run_batch(
+        &self,
+        idxs: &[u64],
+        work: u64,
+        block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
+    ) -> Result<()> {
+        let check = self.cold.before(work);
+        if check.read_ahead {
+            for &index in idxs {
+                let loc = self.meta.entry(index as usize);
+                if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
+                    chunk.will_need(loc.offset, loc.phys_length);
+                }
+            }
+        }
+        let result = sharded(idxs.len(), work, block);
+        self.cold.after(check);
+        result
     }
 
     /// Prefetches the stored bytes of the record `PREFETCH_DISTANCE` places

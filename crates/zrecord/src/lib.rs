@@ -28,6 +28,7 @@ mod append;
 mod checksum_file;
 mod chunk_file;
 mod codec;
+mod cold_reads;
 mod compact;
 mod delete;
 mod delete_journal;

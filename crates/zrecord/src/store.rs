@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::checksum_file::{Checksum, ChecksumFile};
 use crate::chunk_file::ChunkFiles;
+use crate::cold_reads::ColdReads;
 use crate::error::{Error, Result};
 use crate::io_hook::IoHook;
 use crate::limits::{CHUNK_CAPACITY, MAX_RECORD_LEN};
@@ -73,6 +74,8 @@ pub struct Store {
     pub(crate) chunk_capacity: u64,
     /// Largest end offset a record may have within a chunk.
     pub(crate) chunk_limit: u64,
+    /// Whether gathers ask for their records ahead (the page cache is cold).
+    pub(crate) cold: ColdReads,
     dir: PathBuf,
 }
 
@@ -119,6 +122,7 @@ impl Store {
             chunk_capacity: options.chunk_capacity,
             // The tail offset is a u32, so a record may end at 2^32 - 1 at most.
             chunk_limit: options.chunk_capacity.min(u32::MAX as u64),
+            cold: ColdReads::default(),
             dir,
         };
         if options.checksums && store.checksums.is_none() {
