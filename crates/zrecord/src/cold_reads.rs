@@ -10,7 +10,7 @@
 //! batches"). That costs a system call per record, about as much as copying
 //! a warm batch, so a store only does it for a while after a batch of its
 //! had to wait for the disk: the calling thread's count of major page
-//! faults went up during it.
+//! faults went up by [`COLD_FAULTS`] or more during it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -21,6 +21,12 @@ const MIN_JUDGED_WORK: u64 = 128 << 10;
 /// a cold store is found a few batches late, and a warm one pays the fault
 /// count only now and then.
 const JUDGE_EVERY: u32 = 4;
+
+/// Major faults in one batch that make it cold: a cold batch takes one per
+/// page it reads (hundreds); a warm one may still take a stray few (code
+/// paged in, a fault retried under contention), which must not cost the
+/// next batches a system call per record.
+const COLD_FAULTS: u64 = 8;
 
 /// Batches read ahead after one was found cold. The batch after them goes
 /// without, and is judged, which tells whether the store is still cold.
@@ -62,7 +68,7 @@ impl ColdReads {
     /// Judges the batch `check` was made for, now that it has run.
     pub(crate) fn after(&self, check: ColdCheck) {
         if let (Some(before), Some(now)) = (check.faults_before, major_faults()) {
-            if now > before {
+            if now.saturating_sub(before) >= COLD_FAULTS {
                 self.cold_seen();
             }
         }
