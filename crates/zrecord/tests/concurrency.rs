@@ -83,6 +83,26 @@ fn eight_readers_and_two_writers_see_only_whole_records() {
     }
 }
 
+/// Slot `k` of a gather with `stride` holds record `idxs[k]` of `model`,
+/// then zeros.
+fn check_slots(model: &[Vec<u8>], idxs: &[u64], batch: &[u8], stride: usize, what: &str) {
+    for (k, &i) in idxs.iter().enumerate() {
+        let (want, slot) = (&model[i as usize], &batch[k * stride..(k + 1) * stride]);
+        assert_eq!(&slot[..want.len()], &want[..], "{what} slot {k}");
+        assert!(
+            slot[want.len()..].iter().all(|&b| b == 0),
+            "{what} slot {k} tail"
+        );
+    }
+}
+
+/// A ragged gather of `idxs` returns exactly those records of `model`.
+fn check_ragged(store: &Store, model: &[Vec<u8>], idxs: &[u64], what: &str) {
+    for (k, rec) in common::read(store, idxs).iter().enumerate() {
+        assert_eq!(rec, &model[idxs[k] as usize], "{what} ragged slot {k}");
+    }
+}
+
 /// Batches big enough to be split across the cores (several shards of
 /// 48 KiB and more), from four threads at once so that some find the shard
 /// crew busy: every slot holds its record, zeros after a short one, in both
@@ -115,18 +135,9 @@ fn split_batches_from_four_threads_match_the_records() {
                     let n = 1 + rng.below(256) as usize;
                     let idxs: Vec<u64> = (0..n).map(|_| rng.below(model.len() as u64)).collect();
                     store.gather(&idxs, &mut dst[..n * stride], stride).unwrap();
-                    for (k, &i) in idxs.iter().enumerate() {
-                        let (want, slot) = (&model[i as usize], &dst[k * stride..(k + 1) * stride]);
-                        assert_eq!(
-                            &slot[..want.len()],
-                            &want[..],
-                            "thread {t} round {round} slot {k}"
-                        );
-                        assert!(slot[want.len()..].iter().all(|&b| b == 0), "slot {k} tail");
-                    }
-                    for (k, rec) in common::read(store, &idxs).iter().enumerate() {
-                        assert_eq!(rec, &model[idxs[k] as usize], "ragged slot {k}");
-                    }
+                    let what = format!("thread {t} round {round}");
+                    check_slots(model, &idxs, &dst, stride, &what);
+                    check_ragged(store, model, &idxs, &what);
                 }
             });
         }
@@ -165,21 +176,10 @@ fn batches_written_past_the_cache_match_the_records() {
                     let idxs: Vec<u64> = (0..256).map(|_| rng.below(model.len() as u64)).collect();
                     let batch = &mut dst[3..];
                     store.gather(&idxs, batch, stride).unwrap();
-                    for (k, &i) in idxs.iter().enumerate() {
-                        let (want, slot) =
-                            (&model[i as usize], &batch[k * stride..(k + 1) * stride]);
-                        assert_eq!(
-                            &slot[..want.len()],
-                            &want[..],
-                            "thread {t} round {round} slot {k}"
-                        );
-                        assert!(slot[want.len()..].iter().all(|&b| b == 0), "slot {k} tail");
-                    }
+                    let what = format!("thread {t} round {round}");
+                    check_slots(model, &idxs, batch, stride, &what);
                     // Twice the indices: over 16 MiB whatever the lengths.
-                    let twice = [&idxs[..], &idxs[..]].concat();
-                    for (k, rec) in common::read(store, &twice).iter().enumerate() {
-                        assert_eq!(rec, &model[twice[k] as usize], "ragged slot {k}");
-                    }
+                    check_ragged(store, model, &[&idxs[..], &idxs[..]].concat(), &what);
                 }
             });
         }
