@@ -242,6 +242,29 @@ def _check_batches(args, batches) -> str | None:
     return None
 
 
+def _pull(it, seconds: float) -> None:
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        next(it)
+
+
+def _timed_pull(it, seconds: float, sample_bytes: int) -> dict:
+    """Pulls batches for `seconds` with a trivial consumer, which keeps each
+    batch until it has the next, as a training step does."""
+    count = 0
+    t0 = time.perf_counter()
+    while True:
+        b = next(it)
+        b["data"].shape  # the trivial consumer
+        count += 1
+        dt = time.perf_counter() - t0
+        if dt >= seconds:
+            break
+    del b
+    return {"batches": count, "seconds": dt, "batches_s": count / dt,
+            "mb_s": mb_s(count / dt, sample_bytes)}
+
+
 def job_loader(args) -> dict:
     loaderx, ds, ls, data_path = _open_pair(args)
     sample_bytes = ds._itemsize
@@ -258,25 +281,8 @@ def job_loader(args) -> dict:
     if first["data"].shape != (BATCH, *ds.shape):
         return {**res, "status": f"FAILED: batch shape {first['data'].shape}"}
     del first
-    seen = 0
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < args.warmup:
-        seen += next(it)["data"].shape[0]
-    runs = []
-    for _ in range(args.repeats):
-        count = 0
-        t0 = time.perf_counter()
-        while True:
-            b = next(it)
-            seen += b["data"].shape[0]  # the trivial consumer
-            count += 1
-            dt = time.perf_counter() - t0
-            if dt >= args.seconds:
-                break
-        del b
-        runs.append({"batches": count, "seconds": dt, "batches_s": count / dt,
-                     "mb_s": mb_s(count / dt, sample_bytes)})
-    res["runs"] = runs
+    _pull(it, args.warmup)
+    res["runs"] = [_timed_pull(it, args.seconds, sample_bytes) for _ in range(args.repeats)]
     res["peak_rss_mib"] = common.peak_rss_mib()  # before the check touches the source
     res["rss_peaks"] = sampler.stop()
     batches = [(b["data"], b["label"]) for b in (next(it), next(it))]
@@ -314,16 +320,36 @@ def job_bare(args) -> dict:
 
     run = common.timed_loop(step, pool, args.warmup)
     pos = run["next"]
-    runs, kept_runs = [], []
+    runs, kept_runs, dl_runs = [], [], []
     for _ in range(args.repeats):
         for fn, out in ((step, runs), (step_kept, kept_runs)):
             run = common.timed_loop(fn, pool, args.seconds, start=pos)
             pos = run["next"]
             out.append(gather_stats(run, sample_bytes))
         kept[0] = None
-    return {"status": "ok", "version": f"loaderx {loaderx.__version__}", "runs": runs,
-            "kept_runs": kept_runs, "peak_rss_mib": common.peak_rss_mib(),
-            "rss_now": common.rss_now()}
+        if args.system == "ours":
+            dl_runs.append(_dataloader_run(loaderx, ds, ls, args, sample_bytes))
+    res = {"status": "ok", "version": f"loaderx {loaderx.__version__}", "runs": runs,
+           "kept_runs": kept_runs, "peak_rss_mib": common.peak_rss_mib(),
+           "rss_now": common.rss_now()}
+    if dl_runs:
+        res["dl_runs"] = dl_runs
+    return res
+
+
+def _dataloader_run(loaderx, ds, ls, args, sample_bytes) -> dict:
+    """One timed DataLoader run between two bare ones (the DataLoader / bare
+    target): a ratio of two figures taken seconds apart in one process does
+    not move with the load of a shared machine as figures of two processes
+    a minute apart do. A fresh loader, closed after, so that the bare loops
+    run with no loader alive."""
+    loader = loaderx.DataLoader(ds, ls, num_workers=args.workers, batch_size=BATCH,
+                                prefetch_size=args.prefetch)
+    it = iter(loader)
+    _pull(it, args.warmup)
+    run = _timed_pull(it, args.seconds, sample_bytes)
+    loader.close()
+    return run
 
 
 # -- the 2^24-record store ---------------------------------------------------------

@@ -312,7 +312,9 @@ class DataLoader:
     Every stream is gathered with the same indices, so their lengths must
     match. Each step draws indices from a :class:`Sampler` of
     ``(len, batch_size, mode, seed, shard)``; `num_workers` Rust threads
-    gather up to `prefetch_size` steps ahead.
+    (at most one per core: more would only take turns on the cores, which
+    is slower) gather ahead of the consumer, up to `prefetch_size` finished
+    steps beyond the one each of them is gathering.
 
     `batch_size` is the **global** batch size. With ``shard=(index,
     count)`` (e.g. ``(jax.process_index(), jax.process_count())``) this

@@ -16,10 +16,15 @@ use crate::stream::{Layout, Stream};
 /// How many threads gather and how far ahead they may run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoaderOptions {
-    /// Worker threads, each gathering whole steps (at least 1).
+    /// Worker threads, each gathering whole steps (at least 1). At most
+    /// [`zrecord::gather_threads`] (the cores) are started: more only take
+    /// turns on the cores, and each turn costs.
     pub num_workers: usize,
-    /// Steps that may be in flight or finished ahead of the consumer (at
-    /// least 1). This bounds the loader's memory to `prefetch` batches.
+    /// Finished steps that may wait for the consumer (at least 1), beyond
+    /// the step each worker is gathering: the workers run at most
+    /// `prefetch + workers` steps ahead of the consumer, so a worker that
+    /// finishes early never waits for a slower one. This bounds the
+    /// loader's memory to that many batches.
     pub prefetch: usize,
 }
 
@@ -51,8 +56,8 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Starts `options.num_workers` threads gathering `streams` at the
-    /// sampler's steps.
+    /// Starts `options.num_workers` threads (at most one per core)
+    /// gathering `streams` at the sampler's steps.
     pub fn new(streams: Vec<Stream>, sampler: Sampler, options: LoaderOptions) -> Result<Loader> {
         if streams.is_empty() {
             return Err(LoaderError::InvalidArgument(
@@ -87,8 +92,17 @@ impl Loader {
                 }
             }
         }
-        let recycler = recycler_for(&streams, &sampler, options);
-        let schedule = Arc::new(Schedule::new(sampler.step(), options.prefetch as u64));
+        // Four workers on two cores gathered at 0.8× the speed of two: a
+        // thread that takes its turn finds the caches cold (bench/README.md,
+        // "Workers and cores").
+        let cores = zrecord::gather_threads();
+        let workers = options.num_workers.min(cores);
+        // Workers that fill the cores gather alone; fewer leave cores over
+        // for the shard crew to split their batches across.
+        let alone = workers >= cores;
+        let ahead = options.prefetch.saturating_add(workers);
+        let recycler = recycler_for(&streams, &sampler, ahead);
+        let schedule = Arc::new(Schedule::new(sampler.step(), ahead as u64));
         let work = Arc::new(Work {
             streams,
             sampler,
@@ -97,14 +111,14 @@ impl Loader {
         let loader = Loader {
             schedule,
             recycler,
-            workers: Mutex::new(Vec::with_capacity(options.num_workers)),
+            workers: Mutex::new(Vec::with_capacity(workers)),
             owner: std::process::id(),
         };
-        for i in 0..options.num_workers {
+        for i in 0..workers {
             let (schedule, work) = (loader.schedule.clone(), work.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("zloader-{i}"))
-                .spawn(move || worker(&schedule, &work));
+                .spawn(move || worker(&schedule, &work, alone));
             match spawned {
                 Ok(handle) => loader.lock_workers().push(handle),
                 // Dropping `loader` stops the workers already started.
@@ -199,14 +213,11 @@ impl Drop for Loader {
 }
 
 /// The recycler of a loader's fixed-size batches: it keeps as many of each
-/// stream's batches as can be alive at once (the steps in flight, one per
-/// worker and two with the consumer: the bound of the loader's memory), so
-/// that after the first few steps no batch needs fresh memory.
-fn recycler_for(streams: &[Stream], sampler: &Sampler, options: LoaderOptions) -> Arc<Recycler> {
-    let alive = options
-        .prefetch
-        .saturating_add(options.num_workers)
-        .saturating_add(2);
+/// stream's batches as can be alive at once (the `ahead` steps in flight or
+/// finished and two with the consumer: the bound of the loader's memory),
+/// so that after the first few steps no batch needs fresh memory.
+fn recycler_for(streams: &[Stream], sampler: &Sampler, ahead: usize) -> Arc<Recycler> {
+    let alive = ahead.saturating_add(2);
     let bytes = streams
         .iter()
         .filter_map(|s| match s.layout {
@@ -220,7 +231,10 @@ fn recycler_for(streams: &[Stream], sampler: &Sampler, options: LoaderOptions) -
     )
 }
 
-fn worker(schedule: &Schedule, work: &Arc<Work>) {
+fn worker(schedule: &Schedule, work: &Arc<Work>, alone: bool) {
+    if alone {
+        zrecord::gather_alone_on_this_thread();
+    }
     while let Some(step) = schedule.claim() {
         let result = catch_unwind(AssertUnwindSafe(|| work.gather(step)))
             .unwrap_or(Err(LoaderError::WorkerPanicked { step }));
@@ -231,8 +245,46 @@ fn worker(schedule: &Schedule, work: &Arc<Work>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
     use zrecord::{AppendOptions, Store};
     use zsampler::Mode;
+
+    fn store_of(dir: &std::path::Path, n: usize, len: usize) -> Arc<Store> {
+        let store = Store::open(dir.join("data.zr")).unwrap();
+        let records: Vec<u8> = (0..n * len).map(|b| (b % 251) as u8).collect();
+        store
+            .append_fixed(&records, n, len, &AppendOptions::default())
+            .unwrap();
+        Arc::new(store)
+    }
+
+    /// Asking for more workers than cores starts one per core; the workers
+    /// then run `prefetch` steps ahead beyond the ones they gather, and no
+    /// further.
+    #[test]
+    fn workers_are_at_most_the_cores_and_run_prefetch_steps_beyond_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_of(dir.path(), 100, 64);
+        let cores = zrecord::gather_threads();
+        let options = LoaderOptions {
+            num_workers: cores + 3,
+            prefetch: 3,
+        };
+        let sampler = Sampler::new(100, 10, Mode::Iid, 7).unwrap();
+        let loader = Loader::new(vec![Stream::new(store, 64)], sampler, options).unwrap();
+        assert_eq!(loader.lock_workers().len(), cores);
+
+        drop(loader.next().unwrap());
+        let ahead = (options.prefetch + cores) as u64;
+        let claimed_ahead = || loader.schedule.next_claim() - loader.next_step();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while claimed_ahead() < ahead && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(claimed_ahead(), ahead, "the window fills");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(claimed_ahead(), ahead, "and holds");
+    }
 
     /// A loader's batches go back to its own recycler, which keeps no more
     /// than the loader can have alive, and closing the loader gives that
@@ -240,22 +292,18 @@ mod tests {
     #[test]
     fn a_loader_recycles_its_batches_and_frees_them_when_closed() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("data.zr")).unwrap();
         let (n, len, batch) = (1000, 1024, 100);
-        let records: Vec<u8> = (0..n * len).map(|b| (b % 251) as u8).collect();
-        store
-            .append_fixed(&records, n, len, &AppendOptions::default())
-            .unwrap();
+        let store = store_of(dir.path(), n, len);
         let sampler = Sampler::new(n as u64, batch, Mode::Iid, 7).unwrap();
-        // One worker, one step ahead: while the test holds batches, the
-        // worker takes at most one idle buffer (and, taking it, can make at
-        // most one return miss the try_locked list).
+        // One worker, one step of prefetch: two steps ahead of the test the
+        // worker waits, so of the batches the test drops while it holds
+        // some, at most one misses the try_locked list (the worker taking
+        // a buffer at that moment) and the others stay idle.
         let options = LoaderOptions {
             num_workers: 1,
             prefetch: 1,
         };
-        let loader =
-            Loader::new(vec![Stream::new(Arc::new(store), len)], sampler, options).unwrap();
+        let loader = Loader::new(vec![Stream::new(store, len)], sampler, options).unwrap();
         let capacity = class(len * batch).unwrap();
         let alive = options.prefetch + options.num_workers + 2;
 

@@ -132,6 +132,12 @@ impl Schedule {
         drop(done);
     }
 
+    /// The step the next claim returns.
+    #[cfg(test)]
+    pub(crate) fn next_claim(&self) -> u64 {
+        self.lock().next_claim
+    }
+
     /// The step the next successful take returns.
     pub(crate) fn next_take(&self) -> u64 {
         self.lock().next_take

@@ -55,6 +55,9 @@ fn sharded(
     block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
 ) -> Result<()> {
     let participants = participants();
+    if participants == 1 {
+        return block(0..items);
+    }
     let shards = ((work / MIN_SHARD_BYTES) as usize)
         .min(SHARDS_PER_PARTICIPANT * participants)
         .min(MAX_SHARDS)
@@ -348,6 +351,48 @@ impl Store {
                 None => Ok(()),
             },
             _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard_crew::{gather_alone_on_this_thread, gather_threads};
+
+    /// The runs `sharded` splits a big batch into, and whether each ran on
+    /// the calling thread, from a fresh thread that gathers `alone` or not.
+    fn runs(alone: bool) -> Vec<(Range<usize>, bool)> {
+        std::thread::spawn(move || {
+            if alone {
+                gather_alone_on_this_thread();
+            }
+            let caller = std::thread::current().id();
+            let seen = Mutex::new(Vec::new());
+            sharded(1000, 1 << 30, &|range| {
+                let on_caller = std::thread::current().id() == caller;
+                seen.lock().unwrap().push((range, on_caller));
+                Ok(())
+            })
+            .unwrap();
+            let mut seen = seen.into_inner().unwrap();
+            seen.sort_by_key(|(range, _)| range.start);
+            seen
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// A thread that gathers alone runs even a big batch whole, itself;
+    /// any other thread splits it, where there is more than one core.
+    #[test]
+    fn a_thread_that_gathers_alone_runs_its_batch_whole() {
+        assert_eq!(runs(true), vec![(0..1000, true)]);
+        if gather_threads() > 1 {
+            let split = runs(false);
+            assert!(split.len() > 1, "{split:?}");
+            assert_eq!(split.first().unwrap().0.start, 0);
+            assert_eq!(split.last().unwrap().0.end, 1000);
         }
     }
 }

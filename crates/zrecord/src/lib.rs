@@ -59,6 +59,7 @@ pub use io_hook::{IoEvent, IoHook};
 pub use limits::{CHUNK_CAPACITY, MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN};
 pub use meta_file::META_FILE_NAME;
 pub use record_table::{RecordLoc, ENTRY_LEN, META_FILE_LEN, TABLE_OFFSET};
+pub use shard_crew::{gather_alone_on_this_thread, gather_threads};
 pub use stats::Stats;
 pub use store::{Store, StoreOptions};
 pub use verify::{BadRecord, VerifyReport};

@@ -19,6 +19,7 @@
 //! it; a forked child starts its own.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -181,9 +182,34 @@ impl Crew {
     }
 }
 
+thread_local! {
+    /// Set by [`gather_alone_on_this_thread`].
+    static ALONE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes every later gather of the calling thread run on this thread only,
+/// never handing shards to the crew. For threads that are already as many
+/// as the cores, such as a loader's workers: a crew helper beside them is
+/// one thread more than the cores, and spinning for work it steals the
+/// time of a worker.
+pub fn gather_alone_on_this_thread() {
+    ALONE.with(|alone| alone.set(true));
+}
+
 /// Threads that work on one batch: the caller and one helper for each other
-/// worker of [`crate::thread_pool`] (so `RAYON_NUM_THREADS` sizes both).
+/// worker of [`crate::thread_pool`] (so `RAYON_NUM_THREADS` sizes both), or
+/// the caller alone after [`gather_alone_on_this_thread`].
 pub(crate) fn participants() -> usize {
+    if ALONE.with(Cell::get) {
+        1
+    } else {
+        gather_threads()
+    }
+}
+
+/// How many threads one gather can use at most: the cores, or
+/// `RAYON_NUM_THREADS` where it is set.
+pub fn gather_threads() -> usize {
     workers()
 }
 
