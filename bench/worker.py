@@ -242,6 +242,11 @@ def _check_batches(args, batches) -> str | None:
     return None
 
 
+def _dataloader(loaderx, ds, ls, args):
+    return loaderx.DataLoader(ds, ls, num_workers=args.workers, batch_size=BATCH,
+                              prefetch_size=args.prefetch)
+
+
 def _pull(it, seconds: float) -> None:
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
@@ -273,8 +278,7 @@ def job_loader(args) -> dict:
     res = {"status": "ok", "version": f"loaderx {loaderx.__version__}",
            "num_workers": args.workers, "prefetch": args.prefetch,
            "batch_bytes": BATCH * (sample_bytes + label_bytes)}
-    loader = loaderx.DataLoader(ds, ls, num_workers=args.workers, batch_size=BATCH,
-                                prefetch_size=args.prefetch)
+    loader = _dataloader(loaderx, ds, ls, args)
     sampler = common.RssSampler()
     it = iter(loader)
     first = next(it)
@@ -338,13 +342,12 @@ def job_bare(args) -> dict:
 
 
 def _dataloader_run(loaderx, ds, ls, args, sample_bytes) -> dict:
-    """One timed DataLoader run between two bare ones (the DataLoader / bare
-    target): a ratio of two figures taken seconds apart in one process does
+    """One timed DataLoader run after a bare and a kept one (the DataLoader /
+    bare target): a ratio of two figures taken seconds apart in one process does
     not move with the load of a shared machine as figures of two processes
     a minute apart do. A fresh loader, closed after, so that the bare loops
     run with no loader alive."""
-    loader = loaderx.DataLoader(ds, ls, num_workers=args.workers, batch_size=BATCH,
-                                prefetch_size=args.prefetch)
+    loader = _dataloader(loaderx, ds, ls, args)
     it = iter(loader)
     _pull(it, args.warmup)
     run = _timed_pull(it, args.seconds, sample_bytes)

@@ -14,6 +14,10 @@ import numpy.typing as npt
 MAX_RECORD_LEN: int
 __version__: str
 
+def gather_threads() -> int:
+    """Threads one gather may use, which is also the most worker threads a
+    Loader starts: the cores, or RAYON_NUM_THREADS where it is set."""
+
 _Indices = Sequence[int] | npt.NDArray[np.integer[Any]]
 _Src = bytes | bytearray | memoryview | npt.NDArray[Any]
 

@@ -26,6 +26,13 @@ mod _native {
     #[pymodule_export]
     use crate::zrecord::Zrecord;
 
+    /// Threads one gather may use, which is also the most worker threads a
+    /// Loader starts: the cores, or RAYON_NUM_THREADS where it is set.
+    #[pyfunction]
+    fn gather_threads() -> usize {
+        ::zrecord::gather_threads()
+    }
+
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("MAX_RECORD_LEN", ::zrecord::MAX_RECORD_LEN)?;

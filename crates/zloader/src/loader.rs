@@ -92,9 +92,9 @@ impl Loader {
                 }
             }
         }
-        // Four workers on two cores gathered at 0.8× the speed of two: a
-        // thread that takes its turn finds the caches cold (bench/README.md,
-        // "Workers and cores").
+        // Four workers on two cores gathered at 0.8× the speed of two: the
+        // same copies took more CPU time on threads taking turns on a core
+        // (bench/README.md, "Workers and cores").
         let cores = zrecord::gather_threads();
         let workers = options.num_workers.min(cores);
         // Workers that fill the cores gather alone; fewer leave cores over
