@@ -159,9 +159,14 @@ class Dataset:
             raise IndexError(
                 f"index {int(arr.max())} is out of range for a dataset of {n} samples"
             )
-        pos = arr.astype(np.int64)
-        pos = np.where(pos < 0, pos + n, pos)
-        if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= n):
+        # No copy of an int64 key, and no pass for negative positions unless
+        # there are some: this runs once per batch.
+        pos = arr.astype(np.int64, copy=False)
+        lo, hi = int(pos.min()), int(pos.max())
+        if lo < 0:
+            pos = np.where(pos < 0, pos + n, pos)
+            lo, hi = int(pos.min()), int(pos.max())
+        if lo < 0 or hi >= n:
             bad = arr.flat[int(np.argmax((pos < 0) | (pos >= n)))]
             raise IndexError(f"index {int(bad)} is out of range for a dataset of {n} samples")
         return pos
@@ -181,13 +186,14 @@ class Dataset:
             pos = np.arange(*key.indices(n), dtype=np.int64)
         else:
             pos = self._positions(key, n)
-        return self._gather(pos.reshape(-1).astype(np.uint64), pos.shape)
+        return self._gather(pos.reshape(-1).view(np.uint64), pos.shape)
 
     def __getitems__(self, idxs: Any) -> np.ndarray:
         """The samples `idxs` (array-like of int, or a boolean mask), shaped
         ``(len(idxs), *self.shape)``. The batched fast path."""
         pos = self._positions(idxs, len(self)).reshape(-1)
-        return self._gather(pos.astype(np.uint64), pos.shape)
+        # Non-negative int64 positions: the same bits as uint64, no copy.
+        return self._gather(pos.view(np.uint64), pos.shape)
 
     # -- writing ------------------------------------------------------------
 

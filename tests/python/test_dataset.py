@@ -80,6 +80,19 @@ def test_every_kind_of_index(small):
     assert same_bytes(ds.__getitems__(mask), data[mask])
 
 
+def test_int64_keys_read_right_and_are_left_as_they_were(small):
+    """An int64 key reaches the store without a copy where it can (a uint64
+    view of its positions): strided keys, with and without negative indices,
+    must read the right samples, and the caller's key must not change."""
+    ds, _, data, _ = small
+    base = np.arange(-500, 500, dtype=np.int64)
+    for key in (base[999::-3], base[500::7], base[::-1].reshape(25, 40)[:, ::3]):
+        kept = key.copy()
+        assert same_bytes(ds[key], data[key])
+        assert same_bytes(ds.__getitems__(key), data[key.reshape(-1)])
+        assert np.array_equal(key, kept)
+
+
 def test_bad_indices_raise(small):
     ds, _, _, _ = small
     for key in (500, -501, 10**30, np.int64(500), [0, 500], [-501], np.array([500], np.uint64),
