@@ -241,6 +241,19 @@ def main(argv=None):
                 results["stores"][w][name] = {"status": why}
                 continue
             results["stores"][w][name] = runner.run("store", system, workload=w, codec=codec)
+        # Warm gathers in rounds, each timing every store once: the runs of two
+        # systems that a ratio compares are then spread over the same minutes,
+        # not taken a minute apart, once each, while the host's load drifts.
+        for _ in range(args.repeats):
+            for name, system, codec in configs:
+                r = results["stores"][w][name]
+                if r["status"] != "ok":
+                    continue
+                g = runner.run("gather", system, workload=w, codec=codec)
+                if g["status"] == "ok":
+                    r.setdefault("warm_runs", []).append(g["run"])
+                else:
+                    r["status"] = f"gather: {g['status']}"
         results["loader"][w] = {}
         results["bare"][w] = {}
         for codec in args.loader_codecs.split(","):

@@ -91,8 +91,9 @@ def job_store(args) -> dict:
     res["version"] = sysobj.version()
     base = store_base(args)
     base.parent.mkdir(parents=True, exist_ok=True)
-    store = sysobj.store_path(base)
-    rm(store)
+    store = store_of(args, sysobj)
+    if args.system != "numpy_ram":
+        rm(store)
 
     # 1. Writes. Repeated on a prefix of at most --write-cap bytes (all of A,
     #    C and D; 20 % of B), so that every system writes the same bytes.
@@ -129,8 +130,6 @@ def job_store(args) -> dict:
             t0 = time.perf_counter()
             sysobj.write(store, src)
             res["full_write_s"] = time.perf_counter() - t0
-    else:
-        store = common.data_dir(args.quick) / f"{args.workload}.npy"  # the source file itself
     res["store"] = str(store)
     res["disk_bytes"] = common.disk_bytes(store)
 
@@ -146,9 +145,7 @@ def job_store(args) -> dict:
         return {**res, "status": f"FAILED: store holds {got_n} records, source {n}"}
 
     def reopen():
-        sysobj.open(store)
-        if hasattr(sysobj, "set_layout"):
-            sysobj.set_layout(dtype, shape)
+        open_store(sysobj, store, dtype, shape)
 
     # 4. Bit-exact check against the source before anything is timed.
     reopen()
@@ -163,23 +160,12 @@ def job_store(args) -> dict:
                                      f"(got {got.dtype}{got.shape}, want {want.dtype}{want.shape})"}
     res["verified_batches"] = len(check)
 
-    # 5. Warm gathers: every store byte in the page cache, then a warm-up.
-    pool = common.index_pool(n, 4096, seed=42)
-    sysobj.close()
-    common.prewarm(store)
-    reopen()
-    run = common.timed_loop(sysobj.gather, pool, args.warmup)
-    pos = run["next"]
-    warm = []
-    for _ in range(args.repeats):
-        run = common.timed_loop(sysobj.gather, pool, args.seconds, start=pos)
-        pos = run["next"]
-        warm.append(gather_stats(run, sample_bytes))
-    res["warm_runs"] = warm
     sysobj.close()
     gc.collect()
 
+    # 5. Warm gathers are the gather job's, which the harness runs in rounds.
     # 6. Cold gathers: close, drop the store's pages, reopen, gather.
+    pool, pos = common.index_pool(n, 4096, seed=42), 0
     if args.system != "numpy_ram" and not args.no_cold:
         cold = []
         for _ in range(args.repeats):
@@ -199,6 +185,38 @@ def job_store(args) -> dict:
         res["cold_runs"] = cold
         sysobj.close()
     return res
+
+
+def store_of(args, sysobj) -> Path:
+    """Where the store job leaves a system's store of the workload (numpy in
+    RAM reads the source file itself)."""
+    if args.system == "numpy_ram":
+        return common.data_dir(args.quick) / f"{args.workload}.npy"
+    return sysobj.store_path(store_base(args))
+
+
+def open_store(sysobj, store: Path, dtype, shape) -> None:
+    sysobj.open(store)
+    if hasattr(sysobj, "set_layout"):
+        sysobj.set_layout(dtype, shape)
+
+
+def job_gather(args) -> dict:
+    """One warm gather run of the store the store job left: every store byte
+    in the page cache, a warm-up, then --seconds of timed batches. The
+    harness runs it for every system in turn, --repeats rounds, so that the
+    runs a ratio compares are interleaved over the same minutes."""
+    meta = common.load_meta(args.quick)[args.workload]
+    src = common.source(args.quick, args.workload)
+    sysobj = load_system(args.system, codec=args.codec)
+    store = store_of(args, sysobj)
+    common.prewarm(store)
+    open_store(sysobj, store, src.dtype, src.shape[1:])
+    pool = common.index_pool(len(src), 4096, seed=42)
+    warmup = common.timed_loop(sysobj.gather, pool, args.warmup)
+    run = common.timed_loop(sysobj.gather, pool, args.seconds, start=warmup["next"])
+    sysobj.close()
+    return {"status": "ok", "run": gather_stats(run, meta["sample_bytes"])}
 
 
 # -- loader / bare ----------------------------------------------------------------
@@ -423,7 +441,7 @@ def job_open24(args) -> dict:
             "open_ms": common.median(warm) * 1e3, "cold_open_ms": common.median(cold) * 1e3}
 
 
-JOBS = {"store": job_store, "loader": job_loader, "bare": job_bare,
+JOBS = {"store": job_store, "gather": job_gather, "loader": job_loader, "bare": job_bare,
         "build24": job_build24, "open24": job_open24}
 
 

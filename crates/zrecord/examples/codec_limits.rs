@@ -4,9 +4,11 @@
 //!
 //! For each `.npy` given (C-order, records along axis 0), up to 256 MiB of
 //! its records are held in memory and copied in a random order, as a gather
-//! does, on one core and then on two; the first 16 MiB of them are
-//! LZ4-decoded, DEFLATE-decoded and DEFLATE-encoded at libdeflate levels 6
-//! (what zrecord writes) and 1 (its fastest), in order, on one core. Then
+//! does, on one core and then on two. All of them are also DEFLATE-encoded
+//! at libdeflate level 6 (what zrecord writes) and decoded in the same
+//! random order, on one core and on two: a gather's work without the store.
+//! The first 16 MiB are LZ4-decoded on one core, and DEFLATE-encoded at
+//! levels 6 and 1 (libdeflate's fastest), in order, on one core and two. Then
 //! batches of 256 random records are read from the file itself on one core
 //! in three ways: from a mapping whose pages stay mapped (as a gather
 //! reads), from a mapping whose pages are dropped after every batch (a
@@ -20,6 +22,7 @@ use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
 use libdeflater::{CompressionLvl, Compressor, Decompressor};
+use rayon::prelude::*;
 
 /// Where the records of a C-order `.npy` file start, their length and count:
 /// its header says the shape.
@@ -114,6 +117,15 @@ fn xorshift(state: &mut u64) -> u64 {
     *state
 }
 
+/// Runs `work` over the two halves of `items`, each on a thread of its own.
+fn on_two_cores<T: Sync>(items: &[T], work: impl Fn(&[T]) + Sync) {
+    std::thread::scope(|s| {
+        for half in items.chunks(items.len().div_ceil(2)) {
+            s.spawn(|| work(half));
+        }
+    })
+}
+
 /// Median bytes per second of `pass` (which processes `bytes` bytes).
 fn speed(bytes: usize, mut pass: impl FnMut()) -> f64 {
     let mut runs = Vec::new();
@@ -151,14 +163,34 @@ fn main() {
             }
         };
         let copy1 = speed(all_bytes, || copy_part(&order));
-        let halves: Vec<&[usize]> = order.chunks(order.len().div_ceil(2)).collect();
-        let copy2 = speed(all_bytes, || {
-            std::thread::scope(|s| {
-                for half in &halves {
-                    s.spawn(|| copy_part(half));
-                }
-            })
-        });
+        let copy2 = speed(all_bytes, || on_two_cores(&order, copy_part));
+
+        // Every record held, DEFLATE-encoded as a flate store holds it, then
+        // decoded in the copy's random order: what a flate gather must do.
+        let flate_all: Vec<Vec<u8>> = all
+            .par_iter()
+            .map_init(
+                || Compressor::new(CompressionLvl::new(6).unwrap()),
+                |c, r| {
+                    let mut out = vec![0u8; c.deflate_compress_bound(r.len())];
+                    let n = c.deflate_compress(r, &mut out).unwrap();
+                    out.truncate(n);
+                    out
+                },
+            )
+            .collect();
+        let decode_part = |part: &[usize]| {
+            let (mut d, mut dst) = (Decompressor::new(), vec![0u8; record_len]);
+            for &i in part {
+                d.deflate_decompress(&flate_all[i], &mut dst).unwrap();
+                std::hint::black_box(&dst);
+            }
+        };
+        let flate_dec1 = speed(all_bytes, || decode_part(&order));
+        let flate_dec2 = speed(all_bytes, || on_two_cores(&order, decode_part));
+        // A record that does not shrink is stored raw.
+        let stored: usize = flate_all.iter().map(|e| e.len().min(record_len)).sum();
+        drop(flate_all);
 
         let recs = &all[..all.len().min((16 << 20) / record_len.max(1)).max(1)];
         let total: usize = recs.iter().map(Vec::len).sum();
@@ -171,45 +203,44 @@ fn main() {
             }
         });
 
-        let mut deflate_out = vec![0u8; record_len * 2 + 1024];
-        let mut encode = |level: i32| -> (f64, Vec<Vec<u8>>) {
+        let encode_part = |level: i32, part: &[Vec<u8>]| {
             let mut c = Compressor::new(CompressionLvl::new(level).unwrap());
-            let mut encoded = Vec::new();
-            let speed = speed(total, || {
-                encoded.clear();
-                for r in recs {
-                    let n = c.deflate_compress(r, &mut deflate_out).unwrap();
-                    encoded.push(deflate_out[..n].to_vec());
-                }
-            });
-            (speed, encoded)
-        };
-        let (enc6, flate) = encode(6);
-        let (enc1, _) = encode(1);
-        let mut d = Decompressor::new();
-        let flate_dec = speed(total, || {
-            for e in &flate {
-                d.deflate_decompress(e, &mut dst).unwrap();
-                std::hint::black_box(&dst);
+            let mut out = vec![0u8; c.deflate_compress_bound(record_len)];
+            for r in part {
+                std::hint::black_box(c.deflate_compress(r, &mut out).unwrap());
             }
-        });
-        let stored: usize = flate.iter().map(|e| e.len().min(record_len)).sum();
+        };
+        let encode = |level: i32| {
+            (
+                speed(total, || encode_part(level, recs)),
+                speed(total, || {
+                    on_two_cores(recs, |part| encode_part(level, part))
+                }),
+            )
+        };
+        let (enc6, enc6_2) = encode(6);
+        let (enc1, enc1_2) = encode(1);
         let (mapped_kept, mapped_dropped, pread) = file_reads(&path, &bytes);
         drop(bytes);
         println!(
             "{{\"file\": {path:?}, \"records\": {}, \"record_bytes\": {record_len}, \
              \"copy_1core_mb_s\": {}, \"copy_2cores_mb_s\": {}, \"lz4_decode_mb_s\": {}, \
-             \"flate_decode_mb_s\": {}, \"flate6_encode_mb_s\": {}, \"flate1_encode_mb_s\": {}, \
+             \"flate_decode_mb_s\": {}, \"flate_decode_2cores_mb_s\": {}, \
+             \"flate6_encode_mb_s\": {}, \"flate6_encode_2cores_mb_s\": {}, \
+             \"flate1_encode_mb_s\": {}, \"flate1_encode_2cores_mb_s\": {}, \
              \"flate6_ratio\": {:.4}, \"mapped_kept_mb_s\": {}, \"mapped_dropped_mb_s\": {}, \
              \"pread_mb_s\": {}}}",
             all.len(),
             mb(copy1),
             mb(copy2),
             mb(lz4_dec),
-            mb(flate_dec),
+            mb(flate_dec1),
+            mb(flate_dec2),
             mb(enc6),
+            mb(enc6_2),
             mb(enc1),
-            stored as f64 / total as f64,
+            mb(enc1_2),
+            stored as f64 / all_bytes as f64,
             mb(mapped_kept),
             mb(mapped_dropped),
             mb(pread)
