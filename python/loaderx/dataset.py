@@ -147,7 +147,7 @@ class Dataset:
                     f"boolean index of shape {arr.shape} does not match a dataset of "
                     f"{n} samples"
                 )
-            return np.flatnonzero(arr)
+            return np.flatnonzero(arr).astype(np.int64, copy=False)
         if arr.size == 0:
             return np.zeros(arr.shape, dtype=np.int64)
         if arr.dtype.kind not in "iu":
