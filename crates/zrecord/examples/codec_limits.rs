@@ -5,8 +5,9 @@
 //! For each `.npy` given (C-order, records along axis 0), up to 256 MiB of
 //! its records are held in memory and copied in a random order, as a gather
 //! does, on one core and then on two. All of them are also DEFLATE-encoded
-//! at libdeflate level 6 (what zrecord writes) and decoded in the same
-//! random order, on one core and on two: a gather's work without the store.
+//! at libdeflate level 6 (what zrecord writes), packed as a chunk file packs
+//! them, and decoded in the same random order, on one core and on two: a
+//! gather's work without the store.
 //! The first 16 MiB are LZ4-decoded on one core, and DEFLATE-encoded at
 //! levels 6 and 1 (libdeflate's fastest), in order, on one core and two. Then
 //! batches of 256 random records are read from the file itself on one core
@@ -165,9 +166,10 @@ fn main() {
         let copy1 = speed(all_bytes, || copy_part(&order));
         let copy2 = speed(all_bytes, || on_two_cores(&order, copy_part));
 
-        // Every record held, DEFLATE-encoded as a flate store holds it, then
-        // decoded in the copy's random order: what a flate gather must do.
-        let flate_all: Vec<Vec<u8>> = all
+        // Every record held, DEFLATE-encoded and packed one after the other
+        // as a flate store's chunk holds them, then decoded in the copy's
+        // random order: what a flate gather must do.
+        let encoded: Vec<Vec<u8>> = all
             .par_iter()
             .map_init(
                 || Compressor::new(CompressionLvl::new(6).unwrap()),
@@ -179,18 +181,28 @@ fn main() {
                 },
             )
             .collect();
+        let mut packed = Vec::with_capacity(encoded.iter().map(Vec::len).sum());
+        let spans: Vec<std::ops::Range<usize>> = encoded
+            .iter()
+            .map(|e| {
+                packed.extend_from_slice(e);
+                packed.len() - e.len()..packed.len()
+            })
+            .collect();
+        drop(encoded);
         let decode_part = |part: &[usize]| {
             let (mut d, mut dst) = (Decompressor::new(), vec![0u8; record_len]);
             for &i in part {
-                d.deflate_decompress(&flate_all[i], &mut dst).unwrap();
+                d.deflate_decompress(&packed[spans[i].clone()], &mut dst)
+                    .unwrap();
                 std::hint::black_box(&dst);
             }
         };
         let flate_dec1 = speed(all_bytes, || decode_part(&order));
         let flate_dec2 = speed(all_bytes, || on_two_cores(&order, decode_part));
         // A record that does not shrink is stored raw.
-        let stored: usize = flate_all.iter().map(|e| e.len().min(record_len)).sum();
-        drop(flate_all);
+        let stored: usize = spans.iter().map(|s| s.len().min(record_len)).sum();
+        drop(packed);
 
         let recs = &all[..all.len().min((16 << 20) / record_len.max(1)).max(1)];
         let total: usize = recs.iter().map(Vec::len).sum();
