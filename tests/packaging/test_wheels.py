@@ -1,0 +1,66 @@
+"""What `pip install loaderx` gets: the wheels and the sdist in dist/.
+
+`scripts/build-wheels.sh` builds them (scripts/test.sh runs it before these
+tests). `scripts/smoke-test-wheel.sh` installs one into a virtual
+environment that holds nothing but numpy and runs the quick start there.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DIST = ROOT / "dist"
+MACHINE = platform.machine()
+
+
+def _one(pattern: str) -> Path:
+    found = sorted(DIST.glob(pattern))
+    if len(found) != 1:
+        pytest.fail(
+            f"expected exactly one {pattern} in {DIST}, found {[p.name for p in found]}: "
+            "run `bash scripts/build-wheels.sh` first"
+        )
+    return found[0]
+
+
+def _smoke_test(artifact: Path, **env_extra: str) -> list[str]:
+    env = dict(os.environ, **env_extra)
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "smoke-test-wheel.sh"), str(artifact)],
+        capture_output=True, text=True, env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("arch", [MACHINE, "aarch64"])
+def test_the_wheels_are_manylinux2014_abi3(arch):
+    wheel = _one(f"loaderx-*-cp310-abi3-manylinux2014_{arch}.manylinux_2_17_{arch}.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
+    assert f"Tag: cp310-abi3-manylinux_2_17_{arch}" in meta
+    # The native module, the Python sources and the stubs are all there.
+    assert any(n.startswith("loaderx/_native") and n.endswith(".so") for n in names)
+    for name in ("__init__.py", "dataloader.py", "dataset.py", "_native.pyi", "py.typed"):
+        assert f"loaderx/{name}" in names
+
+
+def test_the_wheel_runs_the_quick_start_in_a_clean_venv():
+    wheel = _one(f"loaderx-*-manylinux2014_{MACHINE}.*.whl")
+    assert _smoke_test(wheel) == ["(256, 3, 32, 32) (256,)", "imported from site-packages"]
+
+
+def test_the_sdist_builds_and_runs_the_quick_start_in_a_clean_venv():
+    sdist = _one("loaderx-*.tar.gz")
+    # pip builds it in isolation with maturin from PyPI; a target folder
+    # kept across runs only saves recompiling the dependencies.
+    out = _smoke_test(sdist, CARGO_TARGET_DIR=str(ROOT / "target" / "sdist"))
+    assert out == ["(256, 3, 32, 32) (256,)", "imported from site-packages"]
