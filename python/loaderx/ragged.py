@@ -8,20 +8,21 @@ A :class:`RaggedDataset` is a directory holding two Zrecord stores:
 
 and a ``schema.json`` whose ``"format"`` is ``"loaderx-ragged"``, so that a
 loaderx 0.5.0 (or a fixed-shape :class:`~loaderx.Dataset`) refuses the
-directory cleanly instead of misreading it.
+directory cleanly instead of misreading it. This module holds the dataset
+and its writer; what it shares with ``Dataset`` is in ``dataset_base.py``,
+``schema_file.py`` and ``indexing.py``.
 
 A batch of ragged samples comes back packed, with no padding: the samples'
 values concatenated into one flat array, ``offsets`` (``len + 1`` element
 offsets into it) and ``shapes``; or, with ``pad=True``, as one dense array
 padded to the batch's largest shape, with each sample's ``lengths`` and
-``shapes``.
+``shapes``. That format is ``ragged_batch.py``'s; :func:`pack` and
+:func:`pad_batch` are importable from here too.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import operator
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -29,69 +30,31 @@ from typing import Any, Iterable
 import numpy as np
 
 from ._native import MAX_RECORD_LEN, Zrecord
-from .dataset import CODECS, SCHEMA, WRITE_CHUNK_BYTES, _write_atomically
+from .dataset_base import WRITE_CHUNK_BYTES, DatasetBase
+from .indexing import int_key, position, positions, slice_positions
+from .ragged_batch import SHAPE_DTYPE, pack, pad_batch
+from .schema_file import SCHEMA, codec_arg, reading_schema, recordable_dtype, write_schema
 
 FORMAT = "loaderx-ragged"
 FORMAT_VERSION = 1
 #: The store of per-sample shapes, inside the dataset's directory.
 SHAPES = "shapes.zr"
-_SHAPE_DTYPE = np.dtype("<i8")
 
 
-def _schema_text(dtype: np.dtype, ndim: int, codec: str) -> str:
-    schema = {
-        "format": FORMAT,
-        "version": FORMAT_VERSION,
-        "dtype": dtype.str,
-        "ndim": ndim,
-        "codec": codec,
-    }
-    return json.dumps(schema, indent=2) + "\n"
+def _open_stores(
+    path: Path, codec: str, checksums: bool, create: bool
+) -> tuple[Zrecord, Zrecord]:
+    """The values store and the shapes store of the dataset at `path`."""
+    values = Zrecord(path, codec, create=create, checksums=checksums)
+    try:
+        shapes = Zrecord(path / SHAPES, "raw", create=create, checksums=checksums)
+    except BaseException:
+        values.close()
+        raise
+    return values, shapes
 
 
-def pack(
-    values: np.ndarray, byte_lengths: np.ndarray, shapes: np.ndarray, dtype: np.dtype
-) -> dict[str, np.ndarray]:
-    """The unpadded batch of gathered ragged records: ``values`` (the
-    records' elements back to back, 1-D), ``offsets`` (int64, ``n + 1``
-    element offsets: record k is ``values[offsets[k]:offsets[k + 1]]``) and
-    ``shapes`` (int64, ``(n, ndim)``)."""
-    counts = np.prod(shapes, axis=1, dtype=np.int64)
-    if not np.array_equal(counts * dtype.itemsize, byte_lengths.astype(np.int64)):
-        bad = int(np.argmax(counts * dtype.itemsize != byte_lengths))
-        raise ValueError(
-            f"ragged record {bad} of the batch holds {int(byte_lengths[bad])} bytes, but its "
-            f"shape {tuple(shapes[bad])} needs {int(counts[bad]) * dtype.itemsize}: the "
-            "values and shapes stores disagree"
-        )
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    return {"values": values.view(dtype), "offsets": offsets, "shapes": shapes}
-
-
-def pad_batch(batch: dict[str, np.ndarray], pad_value: Any = 0) -> dict[str, np.ndarray]:
-    """A packed batch (see :func:`pack`) as one dense array padded with
-    `pad_value` to the largest shape of the batch: ``values`` of shape
-    ``(n, *max_shape)``, ``lengths`` (int64 ``(n,)``, each record's size
-    along its first axis) and ``shapes``."""
-    values, offsets, shapes = batch["values"], batch["offsets"], batch["shapes"]
-    n, ndim = shapes.shape
-    max_shape = tuple(int(d) for d in shapes.max(axis=0)) if n else (0,) * ndim
-    dense = np.full((n, *max_shape), pad_value, dtype=values.dtype)
-    if ndim == 1:
-        # One vectorised scatter: row k's first lengths[k] slots, in C order,
-        # are exactly the packed values.
-        mask = np.arange(max_shape[0]) < shapes[:, :1]
-        dense[mask] = values
-    else:
-        for k in range(n):
-            shape = tuple(int(d) for d in shapes[k])
-            region = (k, *(slice(0, d) for d in shape))
-            dense[region] = values[offsets[k] : offsets[k + 1]].reshape(shape)
-    return {"values": dense, "lengths": shapes[:, 0].copy(), "shapes": shapes}
-
-
-class RaggedDataset:
+class RaggedDataset(DatasetBase):
     """A dataset of NumPy samples of one dtype and one number of dimensions,
     each with its own shape.
 
@@ -108,6 +71,8 @@ class RaggedDataset:
         codec (str): The codec new samples are written with.
     """
 
+    _kind = "RaggedDataset"
+
     def __init__(self, path: str | os.PathLike[str], *, checksums: bool = False) -> None:
         """Opens the ragged dataset in the directory `path`.
 
@@ -118,42 +83,21 @@ class RaggedDataset:
             ZrecordError: a store cannot be opened.
         """
         self.path = Path(path)
-        schema_path = self.path / SCHEMA
-        if not schema_path.is_file():
-            raise FileNotFoundError(
-                f"{schema_path} not found; {self.path} is not a loaderx ragged dataset"
-            )
-        try:
-            schema = json.loads(schema_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{schema_path} cannot be read as JSON: {e}") from e
-        if not isinstance(schema, dict) or schema.get("format") != FORMAT:
-            fmt = schema.get("format") if isinstance(schema, dict) else None
-            hint = " (open it with loaderx.Dataset)" if fmt == "loaderx-zrecord" else ""
-            raise ValueError(f"{schema_path} is not a {FORMAT} schema{hint}")
-        if schema.get("version", FORMAT_VERSION) != FORMAT_VERSION:
-            raise ValueError(
-                f"{schema_path} has schema version {schema.get('version')!r}; "
-                f"this loaderx reads version {FORMAT_VERSION}"
-            )
-        try:
+        with reading_schema(
+            self.path,
+            FORMAT,
+            FORMAT_VERSION,
+            "loaderx ragged dataset",
+            hints={"loaderx-zrecord": " (open it with loaderx.Dataset)"},
+        ) as schema:
             self.dtype = np.dtype(schema["dtype"])
             self.ndim = int(schema["ndim"])
             self.codec = str(schema.get("codec", "flate"))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{schema_path} is malformed: {e!r}") from e
         if self.ndim < 1:
-            raise ValueError(f"{schema_path} is malformed: ndim must be at least 1")
+            raise ValueError(f"{self.path / SCHEMA} is malformed: ndim must be at least 1")
         self._checksums = checksums
-        self._values: Zrecord | None = None
-        self._shapes: Zrecord | None = None
-        values = Zrecord(self.path, self.codec, create=False, checksums=checksums)
-        try:
-            shapes = Zrecord(self.path / SHAPES, "raw", create=False, checksums=checksums)
-        except BaseException:
-            values.close()
-            raise
-        self._values, self._shapes = values, shapes
+        values, shapes = _open_stores(self.path, self.codec, checksums, create=False)
+        self._open = (values, shapes)
         if len(shapes) > len(values):
             self.close()
             raise ValueError(
@@ -163,56 +107,43 @@ class RaggedDataset:
 
     # -- the stores -----------------------------------------------------------
 
-    def _stores(self) -> tuple[Zrecord, Zrecord]:
-        values, shapes = self._values, self._shapes
-        if values is None or shapes is None:
-            raise ValueError(f"{self.path}: operation on a closed RaggedDataset")
-        return values, shapes
-
     def __len__(self) -> int:
         """The number of samples (those with a shape: a write interrupted
         between its two stores leaves values that are not samples yet)."""
         return len(self._stores()[1])
 
+    def _layout_repr(self) -> str:
+        return f"ndim={self.ndim}"
+
     # -- reading --------------------------------------------------------------
 
     def _positions(self, key: Any) -> np.ndarray:
+        """The uint64 positions of `key` (a slice or an array-like index),
+        flattened."""
         n = len(self)
         if isinstance(key, slice):
-            return np.arange(*key.indices(n), dtype=np.int64)
-        arr = np.asarray(key)
-        if arr.dtype == np.bool_:
-            if arr.shape != (n,):
-                raise IndexError(
-                    f"boolean index of shape {arr.shape} does not match a dataset of "
-                    f"{n} samples"
-                )
-            return np.flatnonzero(arr)
-        if arr.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        if arr.dtype.kind not in "iu":
-            raise TypeError(f"ragged dataset indices must be integers, not {arr.dtype}")
-        pos = arr.reshape(-1).astype(np.int64)
-        pos = np.where(pos < 0, pos + n, pos)
-        if int(pos.min()) < 0 or int(pos.max()) >= n:
-            raise IndexError(f"index out of range for a dataset of {n} samples")
-        return pos
+            pos = slice_positions(key, n)
+        else:
+            pos = positions(key, n).reshape(-1)
+        return pos.view(np.uint64)
+
+    def _gather_shapes(self, pos: np.ndarray) -> np.ndarray:
+        out = np.empty((len(pos), self.ndim), dtype=SHAPE_DTYPE)
+        self._stores()[1].gather(pos, out, self.ndim * SHAPE_DTYPE.itemsize)
+        return out
 
     def shapes(self, idxs: Any) -> np.ndarray:
         """The shapes of samples `idxs`, as an int64 ``(len(idxs), ndim)``
         array."""
-        pos = self._positions(idxs).astype(np.uint64)
-        out = np.empty((len(pos), self.ndim), dtype=_SHAPE_DTYPE)
-        self._stores()[1].gather(pos, out, self.ndim * _SHAPE_DTYPE.itemsize)
-        return out
+        return self._gather_shapes(self._positions(idxs))
 
     def batch(self, idxs: Any, pad: bool = False, pad_value: Any = 0) -> dict[str, np.ndarray]:
         """Samples `idxs` as a packed batch: ``{'values', 'offsets',
         'shapes'}`` (see the module docstring), or with `pad` a dense
         ``{'values', 'lengths', 'shapes'}`` padded with `pad_value`."""
         values_store, _ = self._stores()
-        pos = self._positions(idxs).astype(np.uint64)
-        shapes = self.shapes(pos)
+        pos = self._positions(idxs)
+        shapes = self._gather_shapes(pos)
         lengths = values_store.lengths(pos)
         ends = np.cumsum(lengths, dtype=np.uint64)
         offsets = ends - lengths
@@ -224,15 +155,9 @@ class RaggedDataset:
     def __getitem__(self, key: Any) -> Any:
         """One sample (an array of its own shape) for an integer index,
         otherwise a list of samples."""
-        if isinstance(key, (bool, np.bool_)):
-            raise TypeError("a boolean is not a dataset index; use a boolean mask array")
-        if isinstance(key, (int, np.integer)):
-            n = len(self)
-            i = operator.index(key)
-            j = i + n if i < 0 else i
-            if not 0 <= j < n:
-                raise IndexError(f"index {i} is out of range for a dataset of {n} samples")
-            return self.__getitems__([j])[0]
+        i = int_key(key)
+        if i is not None:
+            return self.__getitems__([position(i, len(self))])[0]
         return self.__getitems__(key)
 
     def __getitems__(self, idxs: Any) -> list[np.ndarray]:
@@ -278,8 +203,7 @@ class RaggedDataset:
                 of another dtype/ndim already at `path`.
             TypeError: an object dtype, or an unsafe cast.
         """
-        if codec not in CODECS:
-            raise ValueError(f"unknown codec {codec!r}, expected one of {list(CODECS)}")
+        codec = codec_arg(codec)
         path = Path(path)
         it = iter(arrays)
         first = next(it, None)
@@ -306,19 +230,11 @@ class RaggedDataset:
             if want is None:
                 want = np.asarray(first).dtype
             ndim = np.asarray(first).ndim
-        if want.hasobject:
-            raise TypeError(f"cannot store an array of Python objects ({want})")
-        if np.dtype(want.str) != want:
-            raise TypeError(f"dtype {want} cannot be recorded in schema.json")
+        want = recordable_dtype(want)
         if ndim < 1:
             raise ValueError("ragged samples must have at least one dimension")
 
-        values = Zrecord(path, codec, checksums=checksums)
-        try:
-            shapes = Zrecord(path / SHAPES, "raw", checksums=checksums)
-        except BaseException:
-            values.close()
-            raise
+        values, shapes = _open_stores(path, codec, checksums, create=True)
         try:
             if existing is None:
                 if len(values) or len(shapes):
@@ -326,7 +242,7 @@ class RaggedDataset:
                         f"{path} holds Zrecord stores but no {SCHEMA}; refusing to turn them "
                         "into a ragged dataset"
                     )
-                _write_atomically(schema_path, _schema_text(want, ndim, codec), durable)
+                write_schema(path, FORMAT, FORMAT_VERSION, want, {"ndim": ndim}, codec, durable)
             elif len(values) > len(shapes):
                 # An interrupted write: values without shapes. They are the
                 # tail of the store, so deleting them moves nothing.
@@ -341,9 +257,9 @@ class RaggedDataset:
                 lens = np.array([a.nbytes for a in group], dtype=np.uint64)
                 offsets = np.cumsum(lens, dtype=np.uint64) - lens
                 src = np.concatenate([a.reshape(-1).view(np.uint8) for a in group])
-                dims = np.array([a.shape for a in group], dtype=_SHAPE_DTYPE)
+                dims = np.array([a.shape for a in group], dtype=SHAPE_DTYPE)
                 values.append_var(src, offsets, lens, durable=durable)
-                shapes.append(dims, len(group), ndim * _SHAPE_DTYPE.itemsize, durable=durable)
+                shapes.append(dims, len(group), ndim * SHAPE_DTYPE.itemsize, durable=durable)
                 group, group_bytes = [], 0
 
             for item in itertools.chain([] if first is None else [first], it):
@@ -371,39 +287,3 @@ class RaggedDataset:
             values.close()
             shapes.close()
         return cls(path, checksums=checksums)
-
-    # -- lifetime -------------------------------------------------------------
-
-    def close(self) -> None:
-        """Closes the dataset. Idempotent."""
-        for name in ("_values", "_shapes"):
-            store = getattr(self, name, None)
-            setattr(self, name, None)
-            if store is not None:
-                store.close()
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close()` has been called."""
-        return self._values is None
-
-    def __enter__(self) -> "RaggedDataset":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __reduce__(self):
-        return (_reopen, (type(self), str(self.path), self._checksums))
-
-    def __repr__(self) -> str:
-        if self.closed:
-            return f"RaggedDataset({str(self.path)!r}, closed)"
-        return (
-            f"RaggedDataset({str(self.path)!r}, len={len(self)}, dtype={self.dtype}, "
-            f"ndim={self.ndim}, codec={self.codec!r})"
-        )
-
-
-def _reopen(cls: type, path: str, checksums: bool) -> RaggedDataset:
-    return cls(path, checksums=checksums)

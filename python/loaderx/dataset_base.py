@@ -1,0 +1,82 @@
+"""Internal: the base class of Dataset and RaggedDataset.
+
+Both are a directory of Zrecord stores described by ``schema.json``
+(``schema_file.py``) and indexed alike (``indexing.py``). :class:`DatasetBase`
+holds what they share as objects: the open stores and their lifetime
+(close, closed, context manager), pickling by path, and the repr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ._native import Zrecord
+
+#: Bytes of source data handed to one append call by ``write``.
+WRITE_CHUNK_BYTES = 64 << 20
+
+_D = TypeVar("_D", bound="DatasetBase")
+
+
+class DatasetBase:
+    """A dataset over open Zrecord stores. A subclass's ``__init__`` sets
+    `path`, `dtype`, `codec` and ``_checksums``, then opens its stores into
+    ``_open``; ``_layout_repr`` names its sample layout for the repr."""
+
+    #: The class name that messages and the repr give.
+    _kind: str
+    path: Path
+    dtype: np.dtype
+    codec: str
+    _checksums: bool
+    #: The open stores; None until opened and once closed.
+    _open: tuple[Zrecord, ...] | None = None
+
+    def _stores(self) -> tuple[Zrecord, ...]:
+        stores = self._open
+        if stores is None:
+            raise ValueError(f"{self.path}: operation on a closed {self._kind}")
+        return stores
+
+    def _layout_repr(self) -> str:
+        raise NotImplementedError
+
+    # -- lifetime -----------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the dataset. Idempotent."""
+        stores, self._open = self._open, None
+        for store in stores or ():
+            store.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` has been called."""
+        return self._open is None
+
+    def __enter__(self: _D) -> _D:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles by path: the copy reopens the stores (worker processes).
+        return (_reopen, (type(self), str(self.path), self._checksums))
+
+    def __repr__(self) -> str:
+        if self._open is None:
+            return f"{self._kind}({str(self.path)!r}, closed)"
+        return (
+            f"{self._kind}({str(self.path)!r}, len={len(self)}, dtype={self.dtype}, "
+            f"{self._layout_repr()}, codec={self.codec!r})"
+        )
+
+
+def _reopen(cls: type[_D], path: str, checksums: bool) -> _D:
+    """Unpickles a dataset by opening its directory again."""
+    return cls(path, checksums=checksums)  # type: ignore[call-arg]

@@ -1,0 +1,74 @@
+"""Internal: NumPy-style sample indices turned into store positions.
+
+``Dataset`` and ``RaggedDataset`` index their samples the same way: an int
+(negative counts from the end), a slice, an integer array or list, or a
+boolean mask of ``len`` samples. These functions check such a key against
+the number of samples and give the non-negative positions that the native
+store gathers, raising the IndexError or TypeError that NumPy would.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+
+def int_key(key: Any) -> int | None:
+    """`key` as an int when it is one (a Python or NumPy integer), None for
+    any other key; TypeError for a bool, which NumPy would take as a mask."""
+    if isinstance(key, (bool, np.bool_)):
+        raise TypeError("a boolean is not a dataset index; use a boolean mask array")
+    if isinstance(key, (int, np.integer)):
+        return operator.index(key)
+    return None
+
+
+def position(i: int, n: int) -> int:
+    """The position of index `i` (negative counts from the end) among `n`."""
+    j = i + n if i < 0 else i
+    if not 0 <= j < n:
+        raise IndexError(f"index {i} is out of range for a dataset of {n} samples")
+    return j
+
+
+def slice_positions(key: slice, n: int) -> np.ndarray:
+    """The int64 positions a slice selects among `n`."""
+    return np.arange(*key.indices(n), dtype=np.int64)
+
+
+def positions(key: Any, n: int) -> np.ndarray:
+    """Non-negative int64 positions of an array-like index `key`, checked
+    against `n`; keeps the key's shape (a mask gives a 1-D result). Viewed
+    as uint64 (the same bits, no copy) they are what the store takes."""
+    arr = np.asarray(key)
+    if arr.dtype == np.bool_:
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise IndexError(
+                f"boolean index of shape {arr.shape} does not match a dataset of "
+                f"{n} samples"
+            )
+        return np.flatnonzero(arr).astype(np.int64, copy=False)
+    if arr.size == 0:
+        return np.zeros(arr.shape, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(
+            "dataset indices must be integers, slices, integer arrays or boolean "
+            f"masks, not {type(key).__name__} of {arr.dtype}"
+        )
+    if arr.dtype.kind == "u" and int(arr.max()) >= n:
+        raise IndexError(
+            f"index {int(arr.max())} is out of range for a dataset of {n} samples"
+        )
+    # No copy of an int64 key, and no pass for negative positions unless
+    # there are some: this runs once per batch.
+    pos = arr.astype(np.int64, copy=False)
+    lo, hi = int(pos.min()), int(pos.max())
+    if lo < 0:
+        pos = np.where(pos < 0, pos + n, pos)
+        lo, hi = int(pos.min()), int(pos.max())
+    if lo < 0 or hi >= n:
+        bad = arr.flat[int(np.argmax((pos < 0) | (pos >= n)))]
+        raise IndexError(f"index {int(bad)} is out of range for a dataset of {n} samples")
+    return pos

@@ -1,0 +1,110 @@
+"""Internal: a dataset directory's ``schema.json``, read and written.
+
+Both dataset kinds describe their samples in this small JSON file, the
+only loaderx-level metadata beside the Zrecord stores: ``dataset.py``
+(format ``loaderx-zrecord``, as loaderx 0.5.0 writes it) and ``ragged.py``
+(format ``loaderx-ragged``) name their format and fields; this module
+checks the format and version on reading and writes the file atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA = "schema.json"
+#: The codecs a schema may name (those of the native store).
+CODECS = ("raw", "flate", "lz4", "zstd")
+
+
+@contextmanager
+def reading_schema(
+    directory: Path, fmt: str, version: int, what: str, hints: Mapping[str, str] = {}
+) -> Iterator[dict[str, Any]]:
+    """Yields the schema of `directory` once its format is `fmt` and its
+    version `version`; a KeyError, TypeError or ValueError raised while the
+    caller reads fields from it becomes "malformed". `what` names the kind
+    of dataset in the FileNotFoundError; `hints` maps another format to a
+    hint for the ValueError that refuses it."""
+    schema_path = directory / SCHEMA
+    if not schema_path.is_file():
+        raise FileNotFoundError(f"{schema_path} not found; {directory} is not a {what}")
+    try:
+        schema = json.loads(schema_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{schema_path} cannot be read as JSON: {e}") from e
+    if not isinstance(schema, dict) or schema.get("format") != fmt:
+        other = schema.get("format") if isinstance(schema, dict) else None
+        hint = hints.get(other, "") if isinstance(other, str) else ""
+        raise ValueError(f"{schema_path} is not a {fmt} schema{hint}")
+    if schema.get("version", version) != version:
+        raise ValueError(
+            f"{schema_path} has schema version {schema.get('version')!r}; "
+            f"this loaderx reads version {version}"
+        )
+    try:
+        yield schema
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{schema_path} is malformed: {e!r}") from e
+
+
+def codec_arg(codec: str) -> str:
+    """`codec`, once it is one the store knows."""
+    if codec not in CODECS:
+        raise ValueError(f"unknown codec {codec!r}, expected one of {list(CODECS)}")
+    return codec
+
+
+def recordable_dtype(dtype: np.dtype) -> np.dtype:
+    """`dtype`, once schema.json can record it (its ``str`` names it again)
+    and it holds no Python objects."""
+    if dtype.hasobject:
+        raise TypeError(f"cannot store an array of Python objects ({dtype})")
+    if np.dtype(dtype.str) != dtype:
+        raise TypeError(f"dtype {dtype} cannot be recorded in schema.json (as {dtype.str!r})")
+    return dtype
+
+
+def write_schema(
+    directory: Path,
+    fmt: str,
+    version: int,
+    dtype: np.dtype,
+    layout: Mapping[str, Any],
+    codec: str,
+    durable: bool,
+) -> None:
+    """Writes `directory`'s schema.json (atomically; with `durable`, to
+    stable storage): format, version, dtype, the `layout` fields (the sample
+    shape, or the number of dimensions) and codec, in that order, indented
+    as loaderx 0.5.0 writes it."""
+    schema = {"format": fmt, "version": version, "dtype": dtype.str, **layout, "codec": codec}
+    _write_atomically(directory / SCHEMA, json.dumps(schema, indent=2) + "\n", durable)
+
+
+def _write_atomically(path: Path, text: str, durable: bool) -> None:
+    """Writes `text` to `path` through a temporary file and a rename, so a
+    reader sees either no file or the whole of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if durable and hasattr(os, "O_DIRECTORY"):
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
