@@ -1,0 +1,116 @@
+"""Internal: the DataLoader's argument checks.
+
+Each function takes one argument (or the stream arguments) as the caller
+gave it and returns it normalised, or raises the TypeError or ValueError
+that ``DataLoader(...)`` documents. ``dataloader.py`` calls them in the
+order its signature lists the arguments.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .dataset import Dataset
+from .ragged import RaggedDataset
+
+
+def _count(name: str, value: Any, least: int) -> int:
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}") from None
+    if value < least:
+        raise ValueError(f"{name} must be at least {least}, not {value}")
+    return value
+
+
+def positive(name: str, value: Any) -> int:
+    """`value` as an int of at least 1."""
+    return _count(name, value, 1)
+
+
+def non_negative(name: str, value: Any) -> int:
+    """`value` as an int of at least 0."""
+    return _count(name, value, 0)
+
+
+def shard_arg(shard: Any) -> tuple[int, int]:
+    """``shard=``: None (the whole batch) or ``(index, count)``."""
+    if shard is None:
+        return (0, 1)
+    try:
+        index, count = shard
+        index, count = operator.index(index), operator.index(count)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"shard must be a pair of ints (index, count), not {shard!r}"
+        ) from None
+    if count < 1:
+        raise ValueError(f"shard count must be at least 1, not {count}")
+    if not 0 <= index < count:
+        raise ValueError(f"shard index {index} is out of range for {count} shards")
+    return index, count
+
+
+def streams_arg(dataset: Any, labelset: Any) -> dict[str, Dataset | RaggedDataset]:
+    """The streams by name, in batch order: a dict of datasets as given, or
+    ``{'data': dataset}`` / ``{'data': dataset, 'label': labelset}``."""
+    if isinstance(dataset, Mapping):
+        if labelset is not None:
+            raise TypeError("give the streams either as a dict or as dataset, labelset")
+        if not dataset:
+            raise ValueError("a DataLoader needs at least one stream")
+        streams = {}
+        for name, ds in dataset.items():
+            if not isinstance(name, str):
+                raise TypeError(f"stream names must be str, not {type(name).__name__}")
+            if not isinstance(ds, (Dataset, RaggedDataset)):
+                raise TypeError(
+                    f"stream {name!r} must be a loaderx.Dataset or RaggedDataset, "
+                    f"not {type(ds).__name__}"
+                )
+            streams[name] = ds
+        return streams
+    for name, ds in (("dataset", dataset), ("labelset", labelset)):
+        if ds is not None and not isinstance(ds, Dataset):
+            raise TypeError(f"{name} must be a loaderx.Dataset, not {type(ds).__name__}")
+    if dataset is None:
+        raise TypeError("dataset must be a loaderx.Dataset, not None")
+    if labelset is None:
+        return {"data": dataset}
+    return {"data": dataset, "label": labelset}
+
+
+def stream_lengths(streams: Mapping[str, Any], pair: bool) -> dict[str, int]:
+    """Each stream's length; ValueError unless they are all equal. `pair`:
+    the streams were given as ``dataset, labelset``."""
+    lengths = {name: len(ds) for name, ds in streams.items()}
+    if len(set(lengths.values())) > 1:
+        if pair:
+            raise ValueError(
+                f"dataset and labelset must have the same length "
+                f"({lengths['data']} != {lengths['label']})"
+            )
+        raise ValueError(f"all streams must have the same length, got {lengths}")
+    return lengths
+
+
+def pad_arg(pad: Any, streams: Mapping[str, Any]) -> set[str]:
+    """``pad=``: the names of the ragged streams to pad (True: all of them)."""
+    ragged = {name for name, ds in streams.items() if isinstance(ds, RaggedDataset)}
+    if isinstance(pad, (bool, np.bool_)):
+        return ragged if pad else set()
+    if isinstance(pad, str):
+        pad = [pad]
+    names = set(pad)
+    unknown = names - ragged
+    if unknown:
+        raise ValueError(
+            f"pad names {sorted(unknown)}, which are not ragged streams "
+            f"(ragged streams: {sorted(ragged)})"
+        )
+    return names

@@ -1,0 +1,107 @@
+"""Internal: the DataLoader's stream adapters.
+
+A stream adapter says which native stores a stream is gathered from (and
+their record lengths), what identifies the stream in a loader state, and
+how the gathered buffers of one step become the stream's batch value: an
+array for a :class:`~loaderx.Dataset`, a packed or padded dict
+(``ragged_batch.py``) for a :class:`~loaderx.RaggedDataset`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Union
+
+import numpy as np
+
+from .ragged import RaggedDataset
+from .ragged_batch import SHAPE_DTYPE, pack, pad_batch
+
+if TYPE_CHECKING:
+    from ._native import Zrecord
+    from .dataset import Dataset
+
+
+class FixedStream:
+    """A Dataset stream: one native store of fixed-size records."""
+
+    kind = "fixed"
+
+    def __init__(self, ds: Dataset) -> None:
+        self.dtype = ds.dtype
+        self.shape = tuple(ds.shape)
+        self.stores = [ds._zr()]
+        self.record_lens: list[int | None] = [ds._itemsize]
+        self.identity = {"kind": "fixed", "dtype": ds.dtype.str, "shape": list(ds.shape)}
+
+    def assemble(self, buffers: Iterable[Any], n: int) -> np.ndarray:
+        (buf,) = buffers
+        return buf.view(self.dtype).reshape((n, *self.shape))
+
+
+class RaggedStream:
+    """A RaggedDataset stream: its values store (ragged) and its shapes
+    store (fixed, ndim int64 per record)."""
+
+    kind = "ragged"
+
+    def __init__(self, ds: RaggedDataset, pad: bool) -> None:
+        values, shapes = ds._stores()
+        self.dtype = ds.dtype
+        self.ndim = ds.ndim
+        self.pad = pad
+        self.stores = [values, shapes]
+        self.record_lens = [None, ds.ndim * SHAPE_DTYPE.itemsize]
+        self.identity = {"kind": "ragged", "dtype": ds.dtype.str, "ndim": ds.ndim}
+
+    def assemble(self, buffers: Iterable[Any], n: int) -> dict[str, np.ndarray]:
+        (values, lengths), shapes = buffers
+        shapes = shapes.view(SHAPE_DTYPE).reshape(n, self.ndim)
+        batch = pack(values, lengths, shapes, self.dtype)
+        return pad_batch(batch) if self.pad else batch
+
+
+Stream = Union[FixedStream, RaggedStream]
+
+
+def stream_adapters(streams: Mapping[str, Any], padded: Collection[str]) -> dict[str, Stream]:
+    """Each stream's adapter, by name; the ragged streams named in `padded`
+    are delivered padded."""
+
+    def adapter(name: str, ds: Any) -> Stream:
+        if isinstance(ds, RaggedDataset):
+            return RaggedStream(ds, name in padded)
+        return FixedStream(ds)
+
+    return {name: adapter(name, ds) for name, ds in streams.items()}
+
+
+def native_streams(adapters: Mapping[str, Stream]) -> tuple[list[Zrecord], list[int | None]]:
+    """The native loader's stores and record lengths (None: ragged), every
+    adapter's in turn."""
+    stores: list[Zrecord] = []
+    record_lens: list[int | None] = []
+    for adapter in adapters.values():
+        stores += adapter.stores
+        record_lens += adapter.record_lens
+    return stores, record_lens
+
+
+def assembler(adapters: Mapping[str, Stream]) -> Callable[[Any], dict[str, Any]]:
+    """What turns a native batch ``(step, indices, buffers)`` into the batch
+    dict: each adapter takes its stores' buffers, in the order of
+    :func:`native_streams`."""
+    pairs = list(adapters.items())
+    widths = [len(adapter.stores) for _, adapter in pairs]
+
+    def assemble(item: Any) -> dict[str, Any]:
+        _step, indices, buffers = item
+        n = len(indices)
+        batch = {}
+        at = 0
+        for (name, adapter), width in zip(pairs, widths):
+            batch[name] = adapter.assemble(buffers[at : at + width], n)
+            at += width
+        return batch
+
+    return assemble
