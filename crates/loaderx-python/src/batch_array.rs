@@ -8,7 +8,7 @@
 use numpy::ndarray::ArrayView1;
 use numpy::PyArray1;
 use pyo3::prelude::*;
-use zloader::BatchBuffer;
+use zrecord::BatchBuffer;
 
 /// Keeps a batch's memory alive for the arrays that view it.
 #[pyclass(module = "loaderx._native", name = "BatchMemory", frozen)]

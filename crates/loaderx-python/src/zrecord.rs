@@ -14,8 +14,7 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use zloader::BatchBuffer;
-use zrecord::{AppendOptions, Codec, Store, StoreOptions};
+use zrecord::{AppendOptions, BatchBuffer, Codec, Store, StoreOptions};
 
 use crate::batch_array;
 use crate::convert::{u32s, u64s, Dst, Src};

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use zrecord::{BatchBuffer, Recycler};
 use zsampler::Sampler;
 
-use crate::batch_buffer::{BatchBuffer, Recycler};
 use crate::error::{LoaderError, Result};
 use crate::stream::{Layout, Stream};
 

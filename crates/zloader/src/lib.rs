@@ -32,14 +32,15 @@
 //! ```
 
 mod batch;
-mod batch_buffer;
 mod error;
 mod loader;
 mod schedule;
 mod stream;
 
 pub use batch::Batch;
-pub use batch_buffer::BatchBuffer;
 pub use error::{LoaderError, Result};
 pub use loader::{Loader, LoaderOptions};
 pub use stream::{Layout, Stream};
+/// Batch memory lives in the store crate, which gathers into it on its own
+/// too; re-exported because [`Batch`] holds it.
+pub use zrecord::BatchBuffer;

@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use zrecord::{BatchBuffer, Recycler};
 use zsampler::Sampler;
 
 use crate::batch::{Batch, Work};
-use crate::batch_buffer::{class, Recycler};
 use crate::error::{LoaderError, Result};
 use crate::schedule::{Schedule, Taken};
 use crate::stream::{Layout, Stream};
@@ -221,7 +221,9 @@ fn recycler_for(streams: &[Stream], sampler: &Sampler, ahead: usize) -> Arc<Recy
     let bytes = streams
         .iter()
         .filter_map(|s| match s.layout {
-            Layout::Fixed(record_len) => class(record_len * sampler.local_batch_size()),
+            Layout::Fixed(record_len) => {
+                BatchBuffer::capacity_for(record_len * sampler.local_batch_size())
+            }
             Layout::Ragged => None,
         })
         .fold(0usize, usize::saturating_add);
@@ -304,7 +306,7 @@ mod tests {
             prefetch: 1,
         };
         let loader = Loader::new(vec![Stream::new(store, len)], sampler, options).unwrap();
-        let capacity = class(len * batch).unwrap();
+        let capacity = BatchBuffer::capacity_for(len * batch).unwrap();
         let alive = options.prefetch + options.num_workers + 2;
 
         for _ in 0..50 {

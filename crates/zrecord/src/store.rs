@@ -3,15 +3,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::checksum_file::{Checksum, ChecksumFile};
-use crate::chunk_file::ChunkFiles;
-use crate::cold_reads::ColdReads;
 use crate::error::{Error, Result};
-use crate::io_hook::IoHook;
-use crate::limits::{CHUNK_CAPACITY, MAX_RECORD_LEN};
-use crate::meta_file::MetaFile;
-use crate::record_table::RecordLoc;
-use crate::streaming_copy::RawCopy;
+use crate::exec::cold_reads::ColdReads;
+use crate::exec::streaming_copy::RawCopy;
+use crate::files::checksum_file::{Checksum, ChecksumFile};
+use crate::files::chunk_file::ChunkFiles;
+use crate::files::io_hook::IoHook;
+use crate::files::meta_file::MetaFile;
+use crate::format::limits::{CHUNK_CAPACITY, MAX_RECORD_LEN};
+use crate::format::record_table::RecordLoc;
 
 /// How to open a store.
 #[derive(Clone)]
@@ -97,20 +97,20 @@ impl Store {
                 ),
             });
         }
-        if !options.create && !dir.join(crate::meta_file::META_FILE_NAME).exists() {
+        if !options.create && !dir.join(crate::files::meta_file::META_FILE_NAME).exists() {
             return Err(Error::NotAStore {
                 reason: "no meta.zr in the directory".into(),
                 path: dir,
             });
         }
         let meta = MetaFile::open(&dir, options.create, options.io_hook.clone())?;
-        crate::lock::share(meta.file(), meta.path())?;
+        crate::files::lock::share(meta.file(), meta.path())?;
         let checksums = ChecksumFile::open(&dir, options.io_hook.clone())?;
         {
             // Finishing an interrupted delete rewrites the table: only when
             // nobody else has the store open (else they finish it).
-            if let Ok(_sole) = crate::lock::exclusive(meta.file(), meta.path()) {
-                crate::delete_journal::recover(&dir, &meta, checksums.as_ref())?;
+            if let Ok(_sole) = crate::files::lock::exclusive(meta.file(), meta.path()) {
+                crate::files::delete_journal::recover(&dir, &meta, checksums.as_ref())?;
             }
         }
         let mut store = Store {
@@ -133,8 +133,8 @@ impl Store {
 
     /// Creates `checksums.zr` for a store that has none, from the records'
     /// current bytes (which are thereby trusted as they are).
-    fn start_checksums(&mut self, hook: crate::io_hook::Hook) -> Result<()> {
-        let _sole = crate::lock::exclusive(self.meta.file(), self.meta.path())?;
+    fn start_checksums(&mut self, hook: crate::files::io_hook::Hook) -> Result<()> {
+        let _sole = crate::files::lock::exclusive(self.meta.file(), self.meta.path())?;
         let mut scratch = Vec::new();
         let existing = (0..self.len())
             .map(|i| {

@@ -12,12 +12,12 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::checksum_file::{Checksum, ChecksumFile, CHECKSUM_SLOT_LEN};
 use crate::error::{io_error, Error, Result};
-use crate::io_hook::{announce, Hook, IoEvent};
-use crate::limits::MAX_RECORDS;
-use crate::meta_file::MetaFile;
-use crate::record_table::{RecordLoc, ENTRY_LEN};
+use crate::files::checksum_file::{Checksum, ChecksumFile, CHECKSUM_SLOT_LEN};
+use crate::files::io_hook::{announce, Hook, IoEvent};
+use crate::files::meta_file::MetaFile;
+use crate::format::limits::MAX_RECORDS;
+use crate::format::record_table::{RecordLoc, ENTRY_LEN};
 
 pub const JOURNAL_FILE_NAME: &str = "delete.journal";
 
@@ -202,8 +202,8 @@ fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checksum_file::Checksum;
-    use crate::codec::CodecTag;
+    use crate::files::checksum_file::Checksum;
+    use crate::format::codec::CodecTag;
 
     fn plan() -> DeletePlan {
         let loc = |i: u32| RecordLoc {

@@ -15,8 +15,8 @@ use std::sync::{Mutex, OnceLock};
 use memmap2::{Advice, Mmap, MmapOptions};
 
 use crate::error::{io_error, Result};
-use crate::io_hook::{announce, Hook, IoEvent};
-use crate::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
+use crate::files::io_hook::{announce, Hook, IoEvent};
+use crate::format::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
 
 /// How much of a record `prefetch` asks for: decoders read a record's start
 /// one dependent step after another, so its first cache lines are what a

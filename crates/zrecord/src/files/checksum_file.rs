@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use memmap2::MmapRaw;
 
 use crate::error::{io_error, Error, Result};
-use crate::io_hook::{announce, Hook, IoEvent};
-use crate::limits::MAX_RECORDS;
-use crate::record_table::{
+use crate::files::io_hook::{announce, Hook, IoEvent};
+use crate::format::limits::MAX_RECORDS;
+use crate::format::record_table::{
     RecordLoc, ENTRY_CHUNK_ID_OFFSET, ENTRY_CODEC_OFFSET, ENTRY_PHYS_LENGTH_OFFSET,
 };
 

@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use memmap2::MmapRaw;
 
 use crate::error::{io_error, Error, Result};
-use crate::header::{
+use crate::files::io_hook::{announce, Hook, IoEvent};
+use crate::format::header::{
     Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET, TAIL_OFFSET_OFFSET,
 };
-use crate::io_hook::{announce, Hook, IoEvent};
-use crate::limits::{MAX_CHUNKS, MAX_RECORDS};
-use crate::record_table::{RecordLoc, ENTRY_LEN, META_FILE_LEN, TABLE_OFFSET};
+use crate::format::limits::{MAX_CHUNKS, MAX_RECORDS};
+use crate::format::record_table::{RecordLoc, ENTRY_LEN, META_FILE_LEN, TABLE_OFFSET};
 
 /// File name of the metadata file inside a store directory.
 pub const META_FILE_NAME: &str = "meta.zr";

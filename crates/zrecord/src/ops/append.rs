@@ -1,13 +1,17 @@
 //! Appending records: the commit protocol (docs/FORMAT.md, "Commit order").
+//! Each step is one function of [`Store::commit`]:
 //!
-//! 1. Encode every record, in parallel, outside any lock.
-//! 2. Under the writer lock, assign each record its chunk and offset in order.
-//! 3. Write the record bytes to the chunk files (in parallel), then, when
-//!    durable, fdatasync them.
-//! 4. Write the table entries past the published length (readers cannot see
-//!    them yet), then, when durable, msync them.
-//! 5. Move the tail (when durable, msync it), then publish the new length
-//!    with one release store (when durable, msync it).
+//! 1. [`encode_batch`]: encode every record, in parallel, outside any lock.
+//! 2. [`Store::assign_positions`]: under the writer lock, give each record
+//!    its chunk and offset in batch order, and coalesce the writes of
+//!    neighbouring records.
+//! 3. [`Store::write_records`]: write the record bytes to the chunk files
+//!    (in parallel), then, when durable, fdatasync them.
+//! 4. [`Store::write_entries`]: write the table entries (and checksum slots)
+//!    past the published length, where readers cannot see them yet, then,
+//!    when durable, msync them.
+//! 5. [`Store::publish`]: move the tail (when durable, msync it), then
+//!    publish the new length with one release store (when durable, msync it).
 //!
 //! A crash before step 5 leaves the old length, so the store holds exactly the
 //! records of earlier commits; the bytes and entries written for this one lie
@@ -15,13 +19,15 @@
 
 use rayon::prelude::*;
 
-use crate::checksum_file::Checksum;
-use crate::codec::{encode, encode_bound, Codec, CodecTag};
 use crate::error::{Error, Result};
-use crate::limits::{MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN};
-use crate::record_table::RecordLoc;
+use crate::exec::thread_pool::pool;
+use crate::files::checksum_file::Checksum;
+use crate::format::codec::Codec;
+use crate::format::header::Header;
+use crate::format::limits::{MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN};
+use crate::format::record_table::RecordLoc;
+use crate::ops::encode::{encode_batch, Batch, Shard};
 use crate::store::Store;
-use crate::thread_pool::{pool, shard_count};
 
 /// How to append a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,86 +49,16 @@ impl Default for AppendOptions {
     }
 }
 
-/// Where a batch's records come from.
-#[derive(Clone, Copy)]
-enum Batch<'a> {
-    Fixed {
-        src: &'a [u8],
-        n: usize,
-        len: usize,
-    },
-    Ragged {
-        src: &'a [u8],
-        offsets: &'a [u64],
-        lens: &'a [u32],
-    },
-    Slices(&'a [&'a [u8]]),
-}
-
-impl<'a> Batch<'a> {
-    fn count(&self) -> usize {
-        match *self {
-            Batch::Fixed { n, .. } => n,
-            Batch::Ragged { offsets, .. } => offsets.len(),
-            Batch::Slices(records) => records.len(),
-        }
-    }
-
-    /// Record `i`; its bounds were checked by `validate`.
-    fn get(&self, i: usize) -> &'a [u8] {
-        match *self {
-            Batch::Fixed { src, len, .. } => &src[i * len..(i + 1) * len],
-            Batch::Ragged { src, offsets, lens } => {
-                &src[offsets[i] as usize..offsets[i] as usize + lens[i] as usize]
-            }
-            Batch::Slices(records) => records[i],
-        }
-    }
-
-    /// Where record `i`'s bytes lie when it is written raw: an origin and
-    /// the start within it. Fixed and ragged records share one origin, the
-    /// source buffer, so raw neighbours coalesce into one write.
-    fn raw_origin(&self, i: usize) -> (Origin, usize) {
-        match *self {
-            Batch::Fixed { len, .. } => (Origin::Source(0), i * len),
-            Batch::Ragged { offsets, .. } => (Origin::Source(0), offsets[i] as usize),
-            Batch::Slices(_) => (Origin::Source(i), 0),
-        }
-    }
-
-    fn source(&self, origin: usize) -> &'a [u8] {
-        match *self {
-            Batch::Fixed { src, .. } | Batch::Ragged { src, .. } => src,
-            Batch::Slices(records) => records[origin],
-        }
-    }
-}
-
-/// Encoded records of one contiguous shard of the batch.
-struct Shard {
-    first: usize,
-    buf: Vec<u8>,
-    pieces: Vec<Piece>,
-}
-
-struct Piece {
-    tag: CodecTag,
-    /// CRC32C of the record's logical bytes, when the store keeps checksums.
-    crc: u32,
-    /// Start of the encoded bytes in the shard's buffer; `None` when the
-    /// record is stored raw straight from the caller's memory.
-    in_buf: Option<usize>,
-    phys: usize,
-}
-
-/// Memory holding bytes to write: a source (see `Batch::source`) or a shard
-/// buffer.
+/// Memory holding bytes to write: a source of the batch (see
+/// [`Batch::source`]) or a shard's buffer of encoded records.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Origin {
     Source(usize),
     Shard(usize),
 }
 
+/// Bytes that go to one contiguous range of a chunk file: the stored bytes of
+/// one or more neighbouring records, lying back to back in one origin.
 struct Run {
     chunk: u16,
     offset: u64,
@@ -131,8 +67,14 @@ struct Run {
     end: usize,
 }
 
-/// Records smaller than this are not worth a worker's wake-up on their own.
-const MIN_SHARD_BYTES: u64 = 64 << 10;
+/// Where step 2 put a batch: each record's table entry, the writes that
+/// store their bytes, and the new write frontier.
+struct Placement {
+    locs: Vec<RecordLoc>,
+    runs: Vec<Run>,
+    frontier: (u16, u64),
+}
+
 /// Large writes are split so several workers copy into the page cache at once.
 const MAX_WRITE_BYTES: usize = 4 << 20;
 
@@ -227,6 +169,7 @@ impl Store {
         }
     }
 
+    /// Appends `batch` as one commit; returns the index of its first record.
     fn commit(&self, batch: Batch<'_>, options: &AppendOptions) -> Result<u32> {
         let n = batch.count();
         if n > MAX_RECORDS {
@@ -239,31 +182,40 @@ impl Store {
             )));
         }
         let shards = encode_batch(batch, options.codec, self.checksums.is_some());
-        let origin_bytes = |origin: Origin| -> &[u8] {
-            match origin {
-                Origin::Source(i) => batch.source(i),
-                Origin::Shard(s) => &shards[s].buf,
-            }
-        };
 
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let _appending = crate::lock::appending(self.meta.file(), self.meta.path())?;
+        let _appending = crate::files::lock::appending(self.meta.file(), self.meta.path())?;
         let header = self.meta.header();
         let first = header.length;
         if first as usize + n > MAX_RECORDS {
             return Err(self.full(first, n));
         }
+        let placement = self.assign_positions(batch, &shards, &header)?;
+        self.write_records(batch, &shards, &placement.runs, options.durable)?;
+        self.write_entries(first as usize, &placement.locs, &shards, options.durable)?;
+        self.publish(first + n as u32, placement.frontier, options.durable)?;
+        Ok(first)
+    }
 
-        // Assign positions in batch order and coalesce adjacent writes.
+    /// Step 2: gives every record, in batch order, the next position at the
+    /// frontier of `header` (rolling over to a new chunk when it would not
+    /// fit), and gathers the bytes to write into runs, one per stretch of
+    /// records that lie back to back both in memory and in a chunk.
+    fn assign_positions(
+        &self,
+        batch: Batch<'_>,
+        shards: &[Shard],
+        header: &Header,
+    ) -> Result<Placement> {
         let (mut chunk, mut offset) = (header.tail_chunk, header.tail_offset as u64);
-        let mut locs = Vec::with_capacity(n);
+        let mut locs = Vec::with_capacity(batch.count());
         let mut runs: Vec<Run> = Vec::new();
         for (s, shard) in shards.iter().enumerate() {
             for (k, piece) in shard.pieces.iter().enumerate() {
                 let index = shard.first + k;
                 if offset + piece.phys as u64 > self.chunk_limit {
                     if chunk as usize + 1 >= MAX_CHUNKS {
-                        return Err(self.full(first, n));
+                        return Err(self.full(header.length, batch.count()));
                     }
                     chunk += 1;
                     offset = 0;
@@ -279,7 +231,10 @@ impl Store {
                 });
                 let (origin, start) = match piece.in_buf {
                     Some(start) => (Origin::Shard(s), start),
-                    None => batch.raw_origin(index),
+                    None => {
+                        let (source, start) = batch.raw_place(index);
+                        (Origin::Source(source), start)
+                    }
                 };
                 let end = start + piece.phys;
                 match runs.last_mut() {
@@ -303,9 +258,30 @@ impl Store {
                 offset += piece.phys as u64;
             }
         }
+        Ok(Placement {
+            locs,
+            runs,
+            frontier: (chunk, offset),
+        })
+    }
 
+    /// Step 3: writes the runs to the chunk files, in parallel when there is
+    /// more than one write, and when `durable` syncs every chunk written.
+    fn write_records(
+        &self,
+        batch: Batch<'_>,
+        shards: &[Shard],
+        runs: &[Run],
+        durable: bool,
+    ) -> Result<()> {
+        let origin_bytes = |origin: Origin| -> &[u8] {
+            match origin {
+                Origin::Source(i) => batch.source(i),
+                Origin::Shard(s) => &shards[s].buf,
+            }
+        };
         let mut writes = Vec::new();
-        for run in &runs {
+        for run in runs {
             let bytes = &origin_bytes(run.origin)[run.start..run.end];
             for (i, part) in bytes.chunks(MAX_WRITE_BYTES).enumerate() {
                 writes.push((run.chunk, run.offset + (i * MAX_WRITE_BYTES) as u64, part));
@@ -319,123 +295,56 @@ impl Store {
         } else {
             writes.iter().try_for_each(write)?;
         }
-        if options.durable {
+        if durable {
             let mut touched: Vec<u16> = runs.iter().map(|r| r.chunk).collect();
             touched.dedup();
             for id in touched {
                 self.chunks.get(id)?.sync_data()?;
             }
         }
+        Ok(())
+    }
 
+    /// Step 4: writes the table entries (and checksum slots) of the records
+    /// from slot `first` on, past the published length, and when `durable`
+    /// flushes them.
+    fn write_entries(
+        &self,
+        first: usize,
+        locs: &[RecordLoc],
+        shards: &[Shard],
+        durable: bool,
+    ) -> Result<()> {
         let crcs = shards.iter().flat_map(|s| s.pieces.iter().map(|p| p.crc));
-        for (k, (loc, crc)) in locs.into_iter().zip(crcs).enumerate() {
-            self.meta.set_entry(first as usize + k, loc)?;
+        for (k, (&loc, crc)) in locs.iter().zip(crcs).enumerate() {
+            self.meta.set_entry(first + k, loc)?;
             if let Some(checksums) = &self.checksums {
-                checksums.set(first as usize + k, Checksum::new(crc, &loc))?;
+                checksums.set(first + k, Checksum::new(crc, &loc))?;
             }
         }
-        if options.durable {
-            self.meta.flush_entries(first as usize, n)?;
+        if durable {
+            self.meta.flush_entries(first, locs.len())?;
             if let Some(checksums) = &self.checksums {
-                checksums.flush(first as usize, n)?;
+                checksums.flush(first, locs.len())?;
             }
         }
-        self.meta.set_tail(chunk, offset as u32)?;
-        if options.durable {
+        Ok(())
+    }
+
+    /// Step 5: moves the tail to `frontier`, then makes the records live by
+    /// publishing `length`; when `durable`, each is flushed before the next.
+    fn publish(&self, length: u32, frontier: (u16, u64), durable: bool) -> Result<()> {
+        self.meta.set_tail(frontier.0, frontier.1 as u32)?;
+        if durable {
             // The tail must be durable before the length that makes the new
             // records live, or an append after a power loss could overwrite
             // them.
             self.meta.flush_header()?;
         }
-        self.meta.publish_length(first + n as u32)?;
-        if options.durable {
+        self.meta.publish_length(length)?;
+        if durable {
             self.meta.flush_header()?;
         }
-        Ok(first)
-    }
-}
-
-/// Encodes the batch in contiguous shards, one per worker, with each
-/// record's checksum when `checksums` is set.
-fn encode_batch(batch: Batch<'_>, codec: Codec, checksums: bool) -> Vec<Shard> {
-    let n = batch.count();
-    let crc = |record: &[u8]| if checksums { crc32c::crc32c(record) } else { 0 };
-    let bytes: u64 = (0..n).map(|i| batch.get(i).len() as u64).sum();
-    if codec == Codec::Raw && !checksums || n == 0 {
-        let pieces = (0..n)
-            .map(|i| Piece {
-                tag: Codec::Raw.tag(),
-                crc: 0,
-                in_buf: None,
-                phys: batch.get(i).len(),
-            })
-            .collect();
-        return vec![Shard {
-            first: 0,
-            buf: Vec::new(),
-            pieces,
-        }];
-    }
-    let shards = shard_count(n, bytes, MIN_SHARD_BYTES);
-    let per = n.div_ceil(shards);
-    let encode_shard = |s: usize| {
-        let range = s * per..((s + 1) * per).min(n);
-        if codec == Codec::Raw {
-            let pieces = range
-                .clone()
-                .map(|i| Piece {
-                    tag: Codec::Raw.tag(),
-                    crc: crc(batch.get(i)),
-                    in_buf: None,
-                    phys: batch.get(i).len(),
-                })
-                .collect();
-            return Shard {
-                first: range.start,
-                buf: Vec::new(),
-                pieces,
-            };
-        }
-        let total: usize = range.clone().map(|i| batch.get(i).len()).sum();
-        let largest = range.clone().map(|i| batch.get(i).len()).max().unwrap_or(0);
-        // Every stored encoding is smaller than its record, so the cursor never
-        // passes the records' total; the slack is the encoder's working room.
-        let mut buf = vec![0u8; total + encode_bound(largest) - largest];
-        let mut cursor = 0;
-        let pieces = range
-            .clone()
-            .map(|i| {
-                let record = batch.get(i);
-                let room = cursor + encode_bound(record.len());
-                match encode(codec, record, &mut buf[cursor..room]) {
-                    Some(phys) => {
-                        cursor += phys;
-                        Piece {
-                            tag: codec.tag(),
-                            crc: crc(record),
-                            in_buf: Some(cursor - phys),
-                            phys,
-                        }
-                    }
-                    None => Piece {
-                        tag: Codec::Raw.tag(),
-                        crc: crc(record),
-                        in_buf: None,
-                        phys: record.len(),
-                    },
-                }
-            })
-            .collect();
-        buf.truncate(cursor);
-        Shard {
-            first: range.start,
-            buf,
-            pieces,
-        }
-    };
-    if shards == 1 {
-        vec![encode_shard(0)]
-    } else {
-        pool().install(|| (0..shards).into_par_iter().map(encode_shard).collect())
+        Ok(())
     }
 }

@@ -124,10 +124,9 @@ impl Recycler {
         Some(ptr)
     }
 
-    /// Bytes kept idle now.
-    #[cfg(test)]
-    pub(crate) fn idle_bytes(&self) -> usize {
-        self.idle.lock().unwrap().bytes
+    /// Bytes kept idle now, waiting to be taken again.
+    pub fn idle_bytes(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).bytes
     }
 
     /// Keeps `ptr` for a later [`Recycler::take`], or frees it.
@@ -237,6 +236,13 @@ impl BatchBuffer {
             capacity,
             home,
         })
+    }
+
+    /// The capacity a buffer of `len` bytes is allocated with (its size
+    /// class), which is what it occupies in a [`Recycler`]; `None` when no
+    /// allocation can be that large.
+    pub fn capacity_for(len: usize) -> Option<usize> {
+        class(len)
     }
 
     /// Number of bytes.

@@ -2,9 +2,10 @@
 //! with a hand-off measured in microseconds.
 //!
 //! A batch takes a few hundred microseconds to copy. Handing half of it to
-//! a sleeping rayon pool and blocking until it is done cost about 100 µs on
-//! this 2-core VM (two futex wake-ups), so the second core bought little.
-//! The crew differs in three ways:
+//! a sleeping rayon pool and blocking until it is done cost about 100 µs per
+//! batch (two futex wake-ups; `bench/gather_micro.py` under `perf`,
+//! bench/README.md, "Sharding"), so a second core bought little. The crew
+//! differs in three ways:
 //!
 //! - the caller works too: participants claim shards from one atomic counter,
 //!   so a helper that is slow to wake only means the caller claims more;
@@ -15,8 +16,9 @@
 //!   splitting its batch) runs its shards itself, as the loader's workers do
 //!   when they already keep every core busy.
 //!
-//! Like [`crate::thread_pool`], the crew belongs to the process that started
-//! it; a forked child starts its own.
+//! Like [`crate::exec::thread_pool`], the crew is a
+//! [`ProcessLocal`](crate::exec::process_local::ProcessLocal): it belongs to
+//! the process that started it, and a forked child starts its own.
 
 use std::any::Any;
 use std::cell::Cell;
@@ -26,15 +28,38 @@ use std::sync::{Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use crate::thread_pool::workers;
+use crate::exec::process_local::ProcessLocal;
+use crate::exec::thread_pool::workers;
 
 /// How long an idle helper keeps looking for work before it parks. Longer
 /// than the gap between two batches of a loop that gathers and hands the
 /// batch on; short enough that an idle process gives its cores back at once.
 const SPIN: Duration = Duration::from_micros(200);
 
-/// Most shards one batch is split into (the claim counter has 16 bits).
+/// Most shards one batch is split into. The claim word holds the shard
+/// count in 16 bits, so the bound must stay below 2^16; 64 gives two shards
+/// (`SHARDS_PER_PARTICIPANT` in `ops/gather.rs`) to each of 32 participants,
+/// while every shard is claimed with a compare-exchange on one shared cache
+/// line, so splitting a batch much finer costs more in claims than it gains.
 pub(crate) const MAX_SHARDS: usize = 64;
+
+/// `spin_loop` hints an idle helper makes before it starts yielding its
+/// core. A hint pauses for a few to about 150 cycles depending on the CPU,
+/// so 128 of them last from well under a microsecond to about six: enough to
+/// catch a batch published right after the last one without a system call.
+/// The rest of the [`SPIN`] window is spent in `yield_now`, so that a helper
+/// sharing its core with runnable threads lets them go first. Chosen by this
+/// reasoning, not tuned; what the measurements depend on is [`SPIN`]
+/// (bench/README.md, "Sharding").
+const HELPER_SPINS: u32 = 128;
+
+/// `spin_loop` hints a caller makes, waiting for the shards that helpers
+/// claimed, before it yields: roughly 1 to 50 µs depending on the CPU,
+/// about the time of one shard's least work (48 KiB of copy-equivalent
+/// work, `MIN_SHARD_BYTES` in `ops/gather.rs`, some 5 µs at 10 GB/s). A
+/// helper that takes longer has likely lost its core, and yielding gives
+/// the core back to it. Chosen by this reasoning, not tuned.
+const CALLER_SPINS: u32 = 1024;
 
 /// One batch being split: what each shard runs, and what went wrong.
 struct Task<'a> {
@@ -68,7 +93,6 @@ struct Helper {
 }
 
 struct Crew {
-    pid: u32,
     /// Set while one caller's batch owns the crew.
     busy: AtomicBool,
     claim: AtomicU64,
@@ -78,21 +102,12 @@ struct Crew {
     helpers: Vec<Helper>,
 }
 
-static CREW: AtomicPtr<Crew> = AtomicPtr::new(std::ptr::null_mut());
+static CREW: ProcessLocal<Crew> = ProcessLocal::new();
 
 /// The crew of the calling process, `helpers` threads besides the caller.
 fn crew(helpers: usize) -> &'static Crew {
-    let pid = std::process::id();
-    loop {
-        let current = CREW.load(Ordering::Acquire);
-        // SAFETY: a published crew is leaked, never freed.
-        if let Some(crew) = unsafe { current.as_ref() } {
-            if crew.pid == pid {
-                return crew;
-            }
-        }
-        let fresh: &'static Crew = Box::leak(Box::new(Crew {
-            pid,
+    CREW.get(
+        || Crew {
             busy: AtomicBool::new(false),
             claim: AtomicU64::new(0),
             done: AtomicU32::new(0),
@@ -103,24 +118,17 @@ fn crew(helpers: usize) -> &'static Crew {
                     parked: AtomicBool::new(false),
                 })
                 .collect(),
-        }));
-        let fresh_ptr = fresh as *const Crew as *mut Crew;
-        if CREW
-            .compare_exchange(current, fresh_ptr, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        },
+        |crew| {
             for i in 0..helpers {
                 // A helper that cannot start never claims a shard; the
                 // callers run its share.
                 let _ = std::thread::Builder::new()
                     .name(format!("zrecord-shard-{i}"))
-                    .spawn(move || fresh.help(i));
+                    .spawn(move || crew.help(i));
             }
-            return fresh;
-        }
-        // Another thread installed one first; this one was never seen and
-        // started no threads, so it is merely left unused.
-    }
+        },
+    )
 }
 
 impl Crew {
@@ -161,7 +169,7 @@ impl Crew {
                 continue;
             }
             spins += 1;
-            if spins < 128 {
+            if spins < HELPER_SPINS {
                 std::hint::spin_loop();
             } else if idle_since.elapsed() < SPIN {
                 // Let any other runnable thread of this core go first.
@@ -197,7 +205,7 @@ pub fn gather_alone_on_this_thread() {
 }
 
 /// Threads that work on one batch: the caller and one helper for each other
-/// worker of [`crate::thread_pool`] (so `RAYON_NUM_THREADS` sizes both), or
+/// worker of [`crate::exec::thread_pool`] (so `RAYON_NUM_THREADS` sizes both), or
 /// the caller alone after [`gather_alone_on_this_thread`].
 pub(crate) fn participants() -> usize {
     if ALONE.with(Cell::get) {
@@ -267,7 +275,7 @@ impl Crew {
         let mut spins = 0u32;
         while self.done.load(Ordering::Acquire) < shards as u32 {
             spins += 1;
-            if spins < 1024 {
+            if spins < CALLER_SPINS {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();

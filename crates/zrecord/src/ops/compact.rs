@@ -12,8 +12,8 @@
 //! running `compact` again finishes it.
 
 use crate::error::{Error, Result};
-use crate::record_table::RecordLoc;
-use crate::stats::Stats;
+use crate::format::record_table::RecordLoc;
+use crate::ops::stats::Stats;
 use crate::store::Store;
 
 /// What a compaction did.
@@ -52,7 +52,7 @@ impl Store {
     /// leaving a valid store that a later call continues, so a large
     /// compaction can be spread over several maintenance windows.
     pub fn compact_some(&mut self, max_moves: u64) -> Result<CompactReport> {
-        let _sole = crate::lock::exclusive(self.meta.file(), self.meta.path())?;
+        let _sole = crate::files::lock::exclusive(self.meta.file(), self.meta.path())?;
         let before = self.stats();
         let header = self.meta.header();
         // By start, then length: an empty record shares its start with the

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use crate::delete_journal::{self, DeletePlan};
 use crate::error::Result;
+use crate::files::delete_journal::{self, DeletePlan};
 use crate::store::Store;
 
 impl Store {
@@ -18,7 +18,7 @@ impl Store {
         if plan.old_length == plan.new_length {
             return Ok(());
         }
-        let _sole = crate::lock::exclusive(self.meta.file(), self.meta.path())?;
+        let _sole = crate::files::lock::exclusive(self.meta.file(), self.meta.path())?;
         delete_journal::write(self.path(), self.meta.hook(), &plan)?;
         delete_journal::apply(self.path(), &self.meta, self.checksums.as_ref(), &plan)
     }
@@ -115,7 +115,7 @@ mod tests {
                 .unwrap();
             let plan = store.plan_delete(&targets).unwrap();
             assert_eq!(plan.new_length, 5);
-            super::delete_journal::write(&path, &None, &plan).unwrap();
+            crate::files::delete_journal::write(&path, &None, &plan).unwrap();
             for &(slot, loc, _) in plan.moves.iter().take(applied) {
                 store.meta.set_entry(slot as usize, loc).unwrap();
             }
@@ -126,7 +126,9 @@ mod tests {
                 reference,
                 "crash after {applied} rewrites"
             );
-            assert!(!path.join(super::delete_journal::JOURNAL_FILE_NAME).exists());
+            assert!(!path
+                .join(crate::files::delete_journal::JOURNAL_FILE_NAME)
+                .exists());
         }
     }
 }

@@ -4,9 +4,9 @@
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::exec::streaming_copy::RawCopy;
+use crate::exec::thread_pool::{pool, workers};
 use crate::store::Store;
-use crate::streaming_copy::RawCopy;
-use crate::thread_pool::{pool, workers};
 
 /// A record that did not decode to its checksummed bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]

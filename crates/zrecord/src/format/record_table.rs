@@ -1,9 +1,9 @@
 //! The record table: 2^24 entries of 16 bytes after the header of `meta.zr`
 //! (docs/FORMAT.md, "Record table"). Entry `i` says where record `i` lives.
 
-use crate::codec::CodecTag;
-use crate::header::HEADER_LEN;
-use crate::limits::MAX_RECORDS;
+use crate::format::codec::CodecTag;
+use crate::format::header::HEADER_LEN;
+use crate::format::limits::MAX_RECORDS;
 
 pub const ENTRY_OFFSET_OFFSET: usize = 0;
 pub const ENTRY_PHYS_LENGTH_OFFSET: usize = ENTRY_OFFSET_OFFSET + size_of::<u32>();

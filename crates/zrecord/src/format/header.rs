@@ -14,7 +14,7 @@ pub const LENGTH_OFFSET: usize = TAIL_OFFSET_OFFSET + size_of::<u32>();
 pub const HEADER_LEN: usize = LENGTH_OFFSET + size_of::<u32>();
 
 /// The header as it lies in the mapping. `length` is read and written
-/// atomically through [`crate::meta_file::MetaFile`], never through this struct.
+/// atomically through [`crate::files::meta_file::MetaFile`], never through this struct.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {

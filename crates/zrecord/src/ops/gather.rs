@@ -4,19 +4,19 @@
 //! A batch is checked whole first (indices, destination bounds, overlaps), so
 //! a bad request writes nothing. A big batch is then split into runs of
 //! consecutive records that the caller and the shard crew
-//! ([`crate::shard_crew`]) share out; each decodes from the chunk mappings
+//! ([`crate::exec::shard_crew`]) share out; each decodes from the chunk mappings
 //! directly into its part of the destination, with its own coder scratch.
 
 use std::ops::Range;
 use std::sync::Mutex;
 
-use crate::codec::{decode, Codec};
 use crate::error::{Error, Result};
-use crate::limits::{MAX_CHUNKS, MAX_RECORD_LEN};
-use crate::record_table::RecordLoc;
-use crate::shard_crew::{participants, run_shards, MAX_SHARDS};
+use crate::exec::shard_crew::{participants, run_shards, MAX_SHARDS};
+use crate::exec::streaming_copy::RawCopy;
+use crate::format::codec::{decode, Codec};
+use crate::format::limits::{MAX_CHUNKS, MAX_RECORD_LEN};
+use crate::format::record_table::RecordLoc;
 use crate::store::Store;
-use crate::streaming_copy::RawCopy;
 
 /// Below this much work per shard a batch is not split further. Work is
 /// counted in bytes copied. Handing a shard to a helper of the shard crew
@@ -358,7 +358,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard_crew::{gather_alone_on_this_thread, gather_threads};
+    use crate::exec::shard_crew::{gather_alone_on_this_thread, gather_threads};
 
     /// The runs `sharded` splits a big batch into, and whether each ran on
     /// the calling thread, from a fresh thread that gathers `alone` or not.

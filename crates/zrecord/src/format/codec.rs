@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 
-use crate::streaming_copy::RawCopy;
+use crate::exec::streaming_copy::RawCopy;
 
 /// The codec tag byte of a table entry. A plain byte rather than an enum,
 /// because the table is read in place and may hold any value.

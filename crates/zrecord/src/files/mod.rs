@@ -1,0 +1,11 @@
+//! The files of a store directory and how they are opened, written, synced
+//! and locked: `meta.zr`, the chunk files, the `checksums.zr` sidecar and the
+//! delete journal. Every write and sync is announced to the optional I/O
+//! hook first, so crash and fault tests see them all.
+
+pub(crate) mod checksum_file;
+pub(crate) mod chunk_file;
+pub(crate) mod delete_journal;
+pub(crate) mod io_hook;
+pub(crate) mod lock;
+pub(crate) mod meta_file;
