@@ -2,7 +2,9 @@
 
 They run in a temporary directory on small generated .npy files. When the
 spec README is reachable (shared/spec beside the repository), the snippets
-below are checked to be exactly its code blocks.
+below are checked to be exactly its code blocks. The last test runs the
+Python blocks of this repository's README the way test_docs.py runs the
+guides'.
 """
 
 import gc
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import loader_threads
+from test_docs import run_python_blocks
 
 CONVERTING = textwrap.dedent("""\
     import numpy as np
@@ -89,31 +92,9 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch, capsys):
     ns["ds"].close()
 
 
-def _our_readme():
-    return Path(__file__).resolve().parents[2] / "README.md"
-
-
 def test_our_readme_python_blocks_run_and_print_what_they_say(tmp_path, monkeypatch, capsys):
     """Every ```python block of this repository's README runs, in order, in
     one namespace, and each ``print(...)  # value`` line prints that value
-    (``...`` in it matches anything)."""
-    blocks = re.findall(r"```python\n(.*?)```", _our_readme().read_text(), re.S)
-    assert len(blocks) >= 4
-    monkeypatch.chdir(tmp_path)
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"), ns)
-        printed = capsys.readouterr().out.splitlines()
-        said = [
-            m.group(1).strip()
-            for m in re.finditer(r"^\s*print\(.*\)\s*#\s*(.+)$", block, re.M)
-        ]
-        assert len(said) == len(printed), f"README block prints {printed}, says {said}"
-        for want, got in zip(said, printed):
-            pattern = ".*".join(re.escape(part) for part in want.split("..."))
-            assert re.fullmatch(pattern, got), f"README says {want!r}, printed {got!r}"
-    for value in ns.values():
-        if not isinstance(value, type) and hasattr(value, "close") and hasattr(value, "closed"):
-            value.close()
-    gc.collect()
-    assert loader_threads() == []
+    (``...`` in it matches anything); see test_docs.run_python_blocks."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    assert run_python_blocks(readme, tmp_path, monkeypatch, capsys) >= 3
