@@ -15,7 +15,10 @@ process. Both drive the same cases from ``compat_cases.py``. Four scenarios:
 In every scenario both implementations read the final store back, and each
 must return exactly the bytes the model predicts; both must also report the
 same ``stats()`` for the same store. The module skips when the reference venv
-is missing or cannot import loaderx 0.5.0.
+is missing or cannot import loaderx 0.5.0 (PyPI unreachable): what it then
+loses is the write direction (0.5.0 reading ours, and the two appending to
+each other's stores). The read direction does not depend on it:
+``test_golden_050.py`` reads committed stores that 0.5.0 wrote, in every run.
 """
 
 import importlib.util
