@@ -7,7 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zrecord::{AppendOptions, Codec, Store, StoreOptions, HEADER_LEN};
+use zrecord::layout::{HEADER_LEN, LENGTH_OFFSET};
+use zrecord::{AppendOptions, Codec, Store, StoreOptions};
 use zrecord_fuzz::{flag, read_guarded, Image, FUZZ_CHUNK_CAPACITY};
 
 /// Creating the sidecar, compacting and verifying visit every record: for a
@@ -19,7 +20,7 @@ const MAX_WHOLE_STORE_LENGTH: u32 = 4096;
 fn claimed_length(image: &Image) -> u32 {
     image
         .meta_prefix
-        .get(HEADER_LEN - 4..HEADER_LEN)
+        .get(LENGTH_OFFSET..HEADER_LEN)
         .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()))
 }
 

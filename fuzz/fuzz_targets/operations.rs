@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use zrecord_fuzz::common::read_all;
 use zrecord::{AppendOptions, Codec, Error, IoEvent, IoHook, Store, StoreOptions};
+use zrecord_fuzz::common::read_all;
 
 /// Fails the event whose number (from 0, counted since it was armed) is
 /// `fail_at`; `u64::MAX` means never.

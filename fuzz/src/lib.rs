@@ -11,16 +11,17 @@ use std::path::{Path, PathBuf};
 #[path = "../../crates/zrecord/tests/common/mod.rs"]
 pub mod common;
 
+use zrecord::layout::entry_offset;
 use zrecord::{
-    chunk_file_name, Store, CHECKSUM_FILE_NAME, ENTRY_LEN, HEADER_LEN, JOURNAL_FILE_NAME,
-    MAX_RECORDS, MAX_RECORD_LEN, META_FILE_LEN, META_FILE_NAME,
+    chunk_file_name, Store, CHECKSUM_FILE_NAME, JOURNAL_FILE_NAME, MAX_RECORDS, MAX_RECORD_LEN,
+    META_FILE_LEN, META_FILE_NAME,
 };
 
 /// Table entries carried by an image; the rest of the table is zeros, as in
 /// a fresh sparse `meta.zr`.
 pub const IMAGE_ENTRIES: usize = 16;
 /// Bytes of `meta.zr` an image carries: the header and the first entries.
-pub const META_PREFIX_LEN: usize = HEADER_LEN + IMAGE_ENTRIES * ENTRY_LEN;
+pub const META_PREFIX_LEN: usize = entry_offset(IMAGE_ENTRIES);
 /// Most chunk files an image carries.
 pub const IMAGE_CHUNKS: usize = 3;
 /// Chunk capacity the targets open stores with (it only steers appends).
@@ -218,7 +219,10 @@ pub fn read_guarded(store: &Store) -> usize {
         let end = idxs.len() * stride;
         let mut buf = vec![SENTINEL; end + GUARD];
         let result = store.gather(&idxs, &mut buf[..end], stride);
-        assert!(untouched(&buf[end..]), "batch gather wrote past its destination");
+        assert!(
+            untouched(&buf[end..]),
+            "batch gather wrote past its destination"
+        );
         for (k, &l) in lens.iter().enumerate() {
             let slot = &buf[k * stride..(k + 1) * stride];
             if result.is_ok() {

@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 use crate::exec::cold_reads::ColdReads;
 use crate::exec::streaming_copy::RawCopy;
-use crate::files::checksum_file::{Checksum, ChecksumFile};
+use crate::files::checksum_file::ChecksumFile;
 use crate::files::chunk_file::ChunkFiles;
 use crate::files::io_hook::IoHook;
 use crate::files::meta_file::MetaFile;
+use crate::format::checksums::Checksum;
 use crate::format::limits::{CHUNK_CAPACITY, MAX_RECORD_LEN};
 use crate::format::record_table::RecordLoc;
 

@@ -7,7 +7,8 @@ mod common;
 use std::os::unix::fs::FileExt;
 
 use common::{compressible, noise, opts, read_all, Rng};
-use zrecord::{Codec, Error, Store, StoreOptions, CHECKSUM_FILE_NAME};
+use zrecord::layout::{entry_offset, ENTRY_LEN};
+use zrecord::{chunk_file_name, Codec, Error, RecordLoc, Store, StoreOptions, CHECKSUM_FILE_NAME};
 
 fn checked() -> StoreOptions {
     StoreOptions {
@@ -40,15 +41,19 @@ fn fill(store: &Store, recs: &[Vec<u8>]) {
 /// (chunk, offset) of the record.
 fn damage(path: &std::path::Path, index: u64) -> (u16, u32) {
     let meta = std::fs::File::open(path.join("meta.zr")).unwrap();
-    let mut e = [0u8; 16];
-    meta.read_exact_at(&mut e, 16 + 16 * index).unwrap();
-    let offset = u32::from_le_bytes(e[0..4].try_into().unwrap());
-    let phys = u32::from_le_bytes(e[4..8].try_into().unwrap());
-    let chunk = u16::from_le_bytes(e[12..14].try_into().unwrap());
+    let mut e = [0u8; ENTRY_LEN];
+    meta.read_exact_at(&mut e, entry_offset(index as usize) as u64)
+        .unwrap();
+    let RecordLoc {
+        offset,
+        phys_length: phys,
+        chunk_id: chunk,
+        ..
+    } = RecordLoc::from_bytes(&e);
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(path.join(format!("{chunk}.zr")))
+        .open(path.join(chunk_file_name(chunk)))
         .unwrap();
     let at = offset as u64 + phys as u64 / 2;
     let mut b = [0u8];
@@ -144,9 +149,9 @@ fn an_entry_rewritten_behind_the_sidecar_is_not_trusted() {
         .unwrap();
     // Records 0 (raw, 900 bytes) and 1 (compressed, 2010 bytes) differ in
     // size, so their checksum slots describe different records.
-    let mut e = [0u8; 16];
-    meta.read_exact_at(&mut e, 16 + 16).unwrap();
-    meta.write_all_at(&e, 16 + 16 * 5).unwrap();
+    let mut e = [0u8; ENTRY_LEN];
+    meta.read_exact_at(&mut e, entry_offset(1) as u64).unwrap();
+    meta.write_all_at(&e, entry_offset(5) as u64).unwrap();
     let store = Store::open_with(&path, &checked()).unwrap();
     let mut dst = vec![0; 3000];
     let err = store.gather(&[5], &mut dst, 3000).unwrap_err();

@@ -35,6 +35,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use common::{compressible, noise, opts, Rng};
+use zrecord::layout::{
+    checksum_slot_offset, entry_offset, CHECKSUM_FILE_LEN, CHECKSUM_HEADER_LEN,
+    CHECKSUM_RESERVED_OFFSET, CHECKSUM_SLOT_LEN, ENTRY_CHUNK_ID_OFFSET, ENTRY_CODEC_OFFSET,
+    ENTRY_LOGIC_LENGTH_OFFSET, ENTRY_PHYS_LENGTH_OFFSET, LENGTH_OFFSET, TAIL_CHUNK_OFFSET,
+    TAIL_OFFSET_OFFSET, VERSION_OFFSET,
+};
 use zrecord::{
     chunk_file_name, Codec, Error, RecordLoc, Store, StoreOptions, CHECKSUM_FILE_NAME, ENTRY_LEN,
     HEADER_LEN, MAX_RECORDS, MAX_RECORD_LEN, META_FILE_LEN, META_FILE_NAME, TABLE_OFFSET,
@@ -83,10 +89,6 @@ const ENTRIES_SWEPT: usize = 4;
 /// The patterns each damaged byte is xor-ed with.
 const PATTERNS: [u8; 4] = [0x01, 0x10, 0x80, 0xFF];
 const PAYLOAD_PATTERNS: [u8; 2] = [0x01, 0xFF];
-/// Layout of `checksums.zr` (docs/FORMAT.md, "Checksums").
-const CHECKSUM_HEADER_LEN: usize = 16;
-const CHECKSUM_SLOT_LEN: usize = 8;
-const CHECKSUM_FILE_LEN: u64 = (CHECKSUM_HEADER_LEN + MAX_RECORDS * CHECKSUM_SLOT_LEN) as u64;
 
 /// Whether a damaged stored stream of `codec` is always refused rather than
 /// decoded into other bytes of the right length. None of v1's stream formats
@@ -153,12 +155,9 @@ impl Fixture {
             b
         };
         let n = originals.len();
-        let meta_prefix = read_prefix(META_FILE_NAME, TABLE_OFFSET + n * ENTRY_LEN);
+        let meta_prefix = read_prefix(META_FILE_NAME, entry_offset(n));
         let checksum_prefix = if checksums {
-            read_prefix(
-                CHECKSUM_FILE_NAME,
-                CHECKSUM_HEADER_LEN + n * CHECKSUM_SLOT_LEN,
-            )
+            read_prefix(CHECKSUM_FILE_NAME, checksum_slot_offset(n))
         } else {
             assert!(!path.join(CHECKSUM_FILE_NAME).exists());
             Vec::new()
@@ -226,7 +225,7 @@ impl Fixture {
         if self.checksums {
             put_back(
                 CHECKSUM_FILE_NAME,
-                CHECKSUM_FILE_LEN,
+                CHECKSUM_FILE_LEN as u64,
                 &self.checksum_prefix,
                 CHECKSUM_SLOT_LEN,
                 CHECKSUM_HEADER_LEN,
@@ -672,7 +671,7 @@ fn header_damage_is_refused_or_harmless() {
         let meta = fx.file(META_FILE_NAME);
         let mut tally = Tally::default();
         xor_sweep(&fx, &meta, 0..HEADER_LEN as u64, true, &mut tally);
-        report("header (16 bytes)", &fx, &tally);
+        report(&format!("header ({HEADER_LEN} bytes)"), &fx, &tally);
         // A grown length shows zeroed slots as empty records (phantoms) and a
         // shrunk one hides records; neither gives wrong bytes for a record.
         tally.assert_detected_as_far_as(checksums, "header");
@@ -689,16 +688,17 @@ fn table_entry_damage_is_refused_or_harmless() {
         for entry in 0..ENTRIES_SWEPT {
             let stored_raw = fx.locs[entry].codec == Codec::Raw.tag();
             for byte in 0..ENTRY_LEN {
-                // offset (bytes 0..4) and chunk_id (12..14) say where the
-                // bytes are; damage there moves a raw record onto others.
-                let locating = byte < 4 || (12..14).contains(&byte);
+                // offset and chunk_id say where the bytes are; damage
+                // there moves a raw record onto others.
+                let locating = byte < ENTRY_PHYS_LENGTH_OFFSET
+                    || (ENTRY_CHUNK_ID_OFFSET..ENTRY_CODEC_OFFSET).contains(&byte);
                 let tally = if stored_raw && locating && !entry_relocation_detected(checksums) {
                     &mut relocated_raw
                 } else {
                     &mut strict
                 };
                 for pattern in PATTERNS {
-                    let at = (TABLE_OFFSET + entry * ENTRY_LEN + byte) as u64;
+                    let at = (entry_offset(entry) + byte) as u64;
                     let name = format!("entry {entry} byte {byte} ^ {pattern:#04x}");
                     case(&fx, &name, None, false, tally, || {
                         xor_byte(&meta, at, pattern)
@@ -723,8 +723,17 @@ fn truncated_files_are_refused_never_misread() {
         let mut meta_tally = Tally::default();
         let meta = fx.file(META_FILE_NAME);
         let mut cuts: Vec<u64> = vec![0, 1, META_FILE_LEN as u64 / 2, META_FILE_LEN as u64 - 1];
-        cuts.extend((0..=n).map(|i| (TABLE_OFFSET + i * ENTRY_LEN) as u64));
-        cuts.extend([HEADER_LEN as u64 - 1, 4, 6, 8, 12]);
+        cuts.extend((0..=n).map(|i| entry_offset(i) as u64));
+        cuts.extend(
+            [
+                HEADER_LEN - 1,
+                VERSION_OFFSET,
+                TAIL_CHUNK_OFFSET,
+                TAIL_OFFSET_OFFSET,
+                LENGTH_OFFSET,
+            ]
+            .map(|cut| cut as u64),
+        );
         cut_sweep(&fx, &meta, cuts, true, &mut meta_tally);
         report("truncated meta.zr", &fx, &meta_tally);
         assert_eq!(
@@ -800,20 +809,21 @@ fn damaged_checksum_sidecar_is_refused_never_misread() {
     let fx = Fixture::new(true);
     let sidecar = fx.file(CHECKSUM_FILE_NAME);
     let mut bytes_tally = Tally::default();
-    let swept = CHECKSUM_HEADER_LEN + ENTRIES_SWEPT * CHECKSUM_SLOT_LEN;
+    let swept = checksum_slot_offset(ENTRIES_SWEPT);
     xor_sweep(&fx, &sidecar, 0..swept as u64, false, &mut bytes_tally);
     report("checksums.zr header, slots 0..4", &fx, &bytes_tally);
     bytes_tally.assert_all_detected("checksums.zr bytes");
     assert_eq!(
         bytes_tally.refused_open.values().sum::<u64>(),
-        (6 * PATTERNS.len()) as u64,
+        (CHECKSUM_RESERVED_OFFSET * PATTERNS.len()) as u64,
         "damage to the magic or version is refused at open, the reserved bytes are ignored"
     );
 
     let mut cut_tally = Tally::default();
     let n = fx.originals.len();
-    let mut cuts = vec![0, 1, CHECKSUM_FILE_LEN / 2, CHECKSUM_FILE_LEN - 1];
-    cuts.extend((0..=n).map(|i| (CHECKSUM_HEADER_LEN + i * CHECKSUM_SLOT_LEN) as u64));
+    let file_len = CHECKSUM_FILE_LEN as u64;
+    let mut cuts = vec![0, 1, file_len / 2, file_len - 1];
+    cuts.extend((0..=n).map(|i| checksum_slot_offset(i) as u64));
     cut_sweep(&fx, &sidecar, cuts, false, &mut cut_tally);
     report("truncated checksums.zr", &fx, &cut_tally);
     cut_tally.assert_all_detected("truncated checksums.zr");
@@ -911,7 +921,7 @@ fn creating_checksums_for_a_corrupt_store_allocates_no_more_than_a_record() {
     let store = Store::open(&path).unwrap();
     store.append(&[b"abc"], &opts(Codec::Raw)).unwrap();
     drop(store);
-    let logic_length_at = (TABLE_OFFSET + 8) as u64;
+    let logic_length_at = (entry_offset(0) + ENTRY_LOGIC_LENGTH_OFFSET) as u64;
     OpenOptions::new()
         .write(true)
         .open(path.join(META_FILE_NAME))

@@ -6,6 +6,10 @@ mod common;
 use common::{compressible, opts, read_all, Rng};
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
+use zrecord::layout::{
+    entry_offset, ENTRY_CHUNK_ID_OFFSET, ENTRY_CODEC_OFFSET, ENTRY_LOGIC_LENGTH_OFFSET,
+    ENTRY_OFFSET_OFFSET, LENGTH_OFFSET, MAGIC, MAGIC_OFFSET, VERSION_OFFSET,
+};
 use zrecord::{Codec, Error, Store, StoreOptions, MAX_RECORD_LEN};
 
 fn filled(dir: &tempfile::TempDir) -> Store {
@@ -17,9 +21,9 @@ fn filled(dir: &tempfile::TempDir) -> Store {
     store
 }
 
-fn patch(path: &std::path::Path, offset: u64, bytes: &[u8]) {
+fn patch(path: &std::path::Path, offset: usize, bytes: &[u8]) {
     let f = OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(bytes, offset).unwrap();
+    f.write_all_at(bytes, offset as u64).unwrap();
 }
 
 #[test]
@@ -29,24 +33,24 @@ fn opening_what_is_not_a_store_is_refused_with_the_path() {
     drop(filled(&dir));
     let meta = path.join("meta.zr");
 
-    patch(&meta, 0, b"NOPE");
+    patch(&meta, MAGIC_OFFSET, b"NOPE");
     let err = Store::open(&path).err().unwrap();
     assert!(matches!(err, Error::NotAStore { .. }), "{err}");
     assert!(err.to_string().contains("meta.zr"), "{err}");
-    patch(&meta, 0, b"ZREC");
+    patch(&meta, MAGIC_OFFSET, &MAGIC);
 
-    patch(&meta, 4, &2u16.to_le_bytes());
+    patch(&meta, VERSION_OFFSET, &2u16.to_le_bytes());
     let err = Store::open(&path).err().unwrap();
     assert!(
         matches!(err, Error::UnsupportedVersion { found: 2, .. }),
         "{err}"
     );
-    patch(&meta, 4, &1u16.to_le_bytes());
+    patch(&meta, VERSION_OFFSET, &1u16.to_le_bytes());
 
-    patch(&meta, 12, &(1u32 << 25).to_le_bytes());
+    patch(&meta, LENGTH_OFFSET, &(1u32 << 25).to_le_bytes());
     let err = Store::open(&path).err().unwrap();
     assert!(matches!(err, Error::NotAStore { .. }), "{err}");
-    patch(&meta, 12, &4u32.to_le_bytes());
+    patch(&meta, LENGTH_OFFSET, &4u32.to_le_bytes());
 
     let f = OpenOptions::new().write(true).open(&meta).unwrap();
     f.set_len(4096).unwrap();
@@ -181,7 +185,7 @@ fn damaged_records_are_reported_with_index_chunk_and_offset() {
     let path = dir.path().join("s.zr");
     drop(filled(&dir));
     let meta = path.join("meta.zr");
-    let entry = |i: u64| 16 + 16 * i;
+    let entry = |i: usize| entry_offset(i);
     let expect_corrupt = |index: u64| {
         let store = Store::open(&path).unwrap();
         let mut dst = vec![0; 1000];
@@ -198,12 +202,16 @@ fn damaged_records_are_reported_with_index_chunk_and_offset() {
     };
 
     // An unknown codec tag.
-    patch(&meta, entry(1) + 14, &[9]);
+    patch(&meta, entry(1) + ENTRY_CODEC_OFFSET, &[9]);
     assert!(expect_corrupt(1).to_string().contains("codec tag 9"));
-    patch(&meta, entry(1) + 14, &[1]);
+    patch(&meta, entry(1) + ENTRY_CODEC_OFFSET, &[1]);
 
     // An offset past the end of the chunk file.
-    patch(&meta, entry(2), &4_000_000u32.to_le_bytes());
+    patch(
+        &meta,
+        entry(2) + ENTRY_OFFSET_OFFSET,
+        &4_000_000u32.to_le_bytes(),
+    );
     let err = expect_corrupt(2);
     assert!(matches!(
         err,
@@ -215,11 +223,15 @@ fn damaged_records_are_reported_with_index_chunk_and_offset() {
     ));
 
     // A chunk that does not exist.
-    patch(&meta, entry(3) + 12, &7u16.to_le_bytes());
+    patch(&meta, entry(3) + ENTRY_CHUNK_ID_OFFSET, &7u16.to_le_bytes());
     assert!(expect_corrupt(3).to_string().contains("missing"));
 
     // A logical length that disagrees with the stream, and one over the limit.
-    patch(&meta, entry(0) + 8, &999u32.to_le_bytes());
+    patch(
+        &meta,
+        entry(0) + ENTRY_LOGIC_LENGTH_OFFSET,
+        &999u32.to_le_bytes(),
+    );
     let store = Store::open(&path).unwrap();
     let mut dst = vec![0; 1000];
     assert!(matches!(
@@ -227,7 +239,11 @@ fn damaged_records_are_reported_with_index_chunk_and_offset() {
         Err(Error::CorruptRecord { .. })
     ));
     drop(store);
-    patch(&meta, entry(0) + 8, &(2u32 << 20).to_le_bytes());
+    patch(
+        &meta,
+        entry(0) + ENTRY_LOGIC_LENGTH_OFFSET,
+        &(2u32 << 20).to_le_bytes(),
+    );
     let store = Store::open(&path).unwrap();
     let mut dst = vec![0; 2 << 20];
     assert!(matches!(

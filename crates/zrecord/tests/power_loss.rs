@@ -16,14 +16,20 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use common::{compressible, noise, read_all, Rng};
-use zrecord::{AppendOptions, Codec, IoEvent, IoHook, Store, StoreOptions, META_FILE_LEN};
+use zrecord::layout::{checksum_slot_offset, entry_offset, CHECKSUM_FILE_LEN};
+use zrecord::{
+    chunk_file_name, AppendOptions, Codec, IoEvent, IoHook, Store, StoreOptions,
+    CHECKSUM_FILE_NAME, META_FILE_LEN, META_FILE_NAME,
+};
 
-const META: &str = "meta.zr";
-/// The part of meta.zr this test's stores use: the header and 64 entries.
-const META_USED: usize = 16 + 64 * 16;
-const SUMS: &str = "checksums.zr";
-const SUMS_USED: usize = 16 + 64 * 8;
-const SUMS_FILE_LEN: u64 = 16 + (1 << 24) * 8;
+const META: &str = META_FILE_NAME;
+/// Table slots this test's stores use.
+const SLOTS_USED: usize = 64;
+/// The part of meta.zr this test's stores use: the header and the slots used.
+const META_USED: usize = entry_offset(SLOTS_USED);
+const SUMS: &str = CHECKSUM_FILE_NAME;
+/// The part of checksums.zr used: its header and the slots used.
+const SUMS_USED: usize = checksum_slot_offset(SLOTS_USED);
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
 
@@ -103,7 +109,7 @@ impl Medium {
     }
 
     fn event(&mut self, e: &IoEvent<'_>) {
-        let chunk = |c: &u16| format!("{c}.zr");
+        let chunk = |c: &u16| chunk_file_name(*c);
         match e {
             IoEvent::ChunkCreate { chunk: c } => self.pending.push(Pending::Create(chunk(c))),
             IoEvent::ChunkWrite {
@@ -252,7 +258,7 @@ fn materialize(disk: &Disk, dir: &Path) {
             f.set_len(META_FILE_LEN as u64).unwrap();
         }
         if name == SUMS {
-            f.set_len(SUMS_FILE_LEN).unwrap();
+            f.set_len(CHECKSUM_FILE_LEN as u64).unwrap();
         }
         f.write_all_at(bytes, 0).unwrap();
     }

@@ -3,6 +3,15 @@
 mod common;
 
 use common::{compressible, noise, opts, read_all, small_chunks, Rng};
+use zrecord::layout::{
+    checksum_slot_offset, entry_offset, physical_address, CHECKSUM_FILE_LEN, CHECKSUM_HEADER_LEN,
+    CHECKSUM_MAGIC, CHECKSUM_MAGIC_OFFSET, CHECKSUM_RESERVED_OFFSET, CHECKSUM_SLOT_LEN,
+    CHECKSUM_VERSION, CHECKSUM_VERSION_OFFSET, ENTRY_CHUNK_ID_OFFSET, ENTRY_CODEC_OFFSET,
+    ENTRY_LEN, ENTRY_LOGIC_LENGTH_OFFSET, ENTRY_OFFSET_OFFSET, ENTRY_PHYS_LENGTH_OFFSET,
+    ENTRY_RESERVED_OFFSET, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, MAGIC_OFFSET,
+    META_FILE_LEN, SLOT_DATA_CRC_OFFSET, SLOT_ENTRY_CRC_OFFSET, TABLE_OFFSET, TAIL_CHUNK_OFFSET,
+    TAIL_OFFSET_OFFSET, VERSION_OFFSET,
+};
 use zrecord::{chunk_file_name, Codec, Store};
 
 fn store_at(dir: &tempfile::TempDir, capacity: u64) -> Store {
@@ -181,12 +190,65 @@ fn an_interrupted_compaction_leaves_a_valid_store_that_rerunning_finishes() {
 fn location(store: &Store, i: usize) -> u64 {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(store.path().join("meta.zr")).unwrap();
-    f.seek(SeekFrom::Start((16 + 16 * i) as u64)).unwrap();
-    let mut e = [0u8; 16];
+    f.seek(SeekFrom::Start(entry_offset(i) as u64)).unwrap();
+    let mut e = [0u8; ENTRY_LEN];
     f.read_exact(&mut e).unwrap();
-    let offset = u32::from_le_bytes(e[0..4].try_into().unwrap()) as u64;
-    let chunk = u16::from_le_bytes(e[12..14].try_into().unwrap()) as u64;
-    (chunk << 32) | offset
+    let offset = u32_at(&e, ENTRY_OFFSET_OFFSET) as u64;
+    let chunk = u16_at(&e, ENTRY_CHUNK_ID_OFFSET);
+    physical_address(chunk, offset)
+}
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes(b[o..o + 2].try_into().unwrap())
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+
+/// The layout constants the other tests read and damage the files with are
+/// the numbers of docs/FORMAT.md's tables ("Header", "Record table",
+/// "Checksums"): this is the one place that repeats them.
+#[test]
+fn layout_constants_are_the_documented_numbers() {
+    let header = [
+        MAGIC_OFFSET,
+        VERSION_OFFSET,
+        TAIL_CHUNK_OFFSET,
+        TAIL_OFFSET_OFFSET,
+        LENGTH_OFFSET,
+        HEADER_LEN,
+    ];
+    assert_eq!(header, [0, 4, 6, 8, 12, 16]);
+    assert_eq!((MAGIC, FORMAT_VERSION), (*b"ZREC", 1));
+    let entry = [
+        ENTRY_OFFSET_OFFSET,
+        ENTRY_PHYS_LENGTH_OFFSET,
+        ENTRY_LOGIC_LENGTH_OFFSET,
+        ENTRY_CHUNK_ID_OFFSET,
+        ENTRY_CODEC_OFFSET,
+        ENTRY_RESERVED_OFFSET,
+        ENTRY_LEN,
+    ];
+    assert_eq!(entry, [0, 4, 8, 12, 14, 15, 16]);
+    assert_eq!(TABLE_OFFSET, 16);
+    assert_eq!(entry_offset(3), 16 + 16 * 3);
+    assert_eq!(META_FILE_LEN, 16 + (1 << 24) * 16);
+    assert_eq!(META_FILE_LEN, 268_435_472);
+    let checksums = [
+        CHECKSUM_MAGIC_OFFSET,
+        CHECKSUM_VERSION_OFFSET,
+        CHECKSUM_RESERVED_OFFSET,
+        CHECKSUM_HEADER_LEN,
+        SLOT_DATA_CRC_OFFSET,
+        SLOT_ENTRY_CRC_OFFSET,
+        CHECKSUM_SLOT_LEN,
+    ];
+    assert_eq!(checksums, [0, 4, 6, 16, 0, 4, 8]);
+    assert_eq!((CHECKSUM_MAGIC, CHECKSUM_VERSION), (*b"ZRCK", 1));
+    assert_eq!(checksum_slot_offset(3), 16 + 8 * 3);
+    assert_eq!(CHECKSUM_FILE_LEN, 16 + (1 << 24) * 8);
+    assert_eq!(physical_address(2, 5), (2 << 32) | 5);
 }
 
 #[test]
@@ -196,28 +258,40 @@ fn meta_file_bytes_follow_the_documented_layout() {
     let rec = compressible(&mut Rng(1), 4096);
     store.append(&[&rec, b"abc"], &opts(Codec::Flate)).unwrap();
     let meta = std::fs::read(store.path().join("meta.zr")).unwrap();
-    assert_eq!(meta.len(), 16 + (1 << 24) * 16);
-    assert_eq!(&meta[0..4], b"ZREC");
-    assert_eq!(u16::from_le_bytes([meta[4], meta[5]]), 1);
-    let entry = |i: usize| &meta[16 + 16 * i..32 + 16 * i];
-    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    assert_eq!(meta.len(), META_FILE_LEN);
+    assert_eq!(&meta[MAGIC_OFFSET..VERSION_OFFSET], b"ZREC");
+    assert_eq!(u16_at(&meta, VERSION_OFFSET), 1);
+    let entry = |i: usize| &meta[entry_offset(i)..entry_offset(i + 1)];
     let (e0, e1) = (entry(0), entry(1));
-    assert_eq!(u32_at(e0, 0), 0, "first record at offset 0");
-    let phys0 = u32_at(e0, 4);
-    assert!(phys0 < 4096, "compressible record shrank");
-    assert_eq!(u32_at(e0, 8), 4096);
     assert_eq!(
-        (e0[12], e0[13], e0[14], e0[15]),
-        (0, 0, 1, 0),
+        u32_at(e0, ENTRY_OFFSET_OFFSET),
+        0,
+        "first record at offset 0"
+    );
+    let phys0 = u32_at(e0, ENTRY_PHYS_LENGTH_OFFSET);
+    assert!(phys0 < 4096, "compressible record shrank");
+    assert_eq!(u32_at(e0, ENTRY_LOGIC_LENGTH_OFFSET), 4096);
+    assert_eq!(
+        (
+            u16_at(e0, ENTRY_CHUNK_ID_OFFSET),
+            e0[ENTRY_CODEC_OFFSET],
+            e0[ENTRY_RESERVED_OFFSET]
+        ),
+        (0, 1, 0),
         "chunk 0, flate, reserved 0"
     );
     // "abc" does not shrink: stored raw right after record 0.
-    assert_eq!((u32_at(e1, 0), u32_at(e1, 4), u32_at(e1, 8)), (phys0, 3, 3));
-    assert_eq!(e1[14], 0);
+    let e1_fields = (
+        u32_at(e1, ENTRY_OFFSET_OFFSET),
+        u32_at(e1, ENTRY_PHYS_LENGTH_OFFSET),
+        u32_at(e1, ENTRY_LOGIC_LENGTH_OFFSET),
+    );
+    assert_eq!(e1_fields, (phys0, 3, 3));
+    assert_eq!(e1[ENTRY_CODEC_OFFSET], 0);
     // Header: tail chunk 0, tail offset past both records, length 2.
-    assert_eq!(u16::from_le_bytes([meta[6], meta[7]]), 0);
-    assert_eq!(u32_at(&meta, 8), phys0 + 3);
-    assert_eq!(u32_at(&meta, 12), 2);
+    assert_eq!(u16_at(&meta, TAIL_CHUNK_OFFSET), 0);
+    assert_eq!(u32_at(&meta, TAIL_OFFSET_OFFSET), phys0 + 3);
+    assert_eq!(u32_at(&meta, LENGTH_OFFSET), 2);
     // The stored bytes are a raw DEFLATE stream, decodable by an independent
     // inflater.
     let chunk = std::fs::read(store.path().join("0.zr")).unwrap();

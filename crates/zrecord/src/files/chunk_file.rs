@@ -7,7 +7,6 @@
 //! a mapped page past the end of the file raises SIGBUS.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -16,6 +15,7 @@ use memmap2::{Advice, Mmap, MmapOptions};
 
 use crate::error::{io_error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
+use crate::files::os::{sync_dir, write_all_at};
 use crate::format::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
 
 /// How much of a record `prefetch` asks for: decoders read a record's start
@@ -23,9 +23,17 @@ use crate::format::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
 /// miss stalls on; past them the hardware prefetcher follows the stream.
 const PREFETCH_LIMIT: u32 = 1024;
 
+/// Ending of every chunk file's name.
+const CHUNK_FILE_SUFFIX: &str = ".zr";
+
 /// The file name of chunk `id` inside a store directory.
 pub fn chunk_file_name(id: u16) -> String {
-    format!("{id}.zr")
+    format!("{id}{CHUNK_FILE_SUFFIX}")
+}
+
+/// The chunk a file name in a store directory names, if it names one.
+pub(crate) fn chunk_id_of(file_name: &str) -> Option<u16> {
+    file_name.strip_suffix(CHUNK_FILE_SUFFIX)?.parse().ok()
 }
 
 pub(crate) struct ChunkFile {
@@ -131,9 +139,7 @@ impl ChunkFile {
             offset,
             bytes,
         })?;
-        self.file
-            .write_all_at(bytes, offset)
-            .map_err(io_error(&self.path))?;
+        write_all_at(&self.file, bytes, offset).map_err(io_error(&self.path))?;
         self.size
             .fetch_max(offset + bytes.len() as u64, Ordering::AcqRel);
         Ok(())
@@ -220,9 +226,7 @@ impl ChunkFiles {
             // A new file's directory entry is durable only once the directory
             // is synced; the records it will hold depend on it.
             announce(&self.hook, &self.dir, IoEvent::DirSync)?;
-            File::open(&self.dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io_error(&self.dir))?;
+            sync_dir(&self.dir)?;
         }
         Ok(slot.get_or_init(|| chunk))
     }

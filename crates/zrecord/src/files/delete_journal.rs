@@ -1,5 +1,5 @@
 //! The delete journal: what makes a delete all-or-nothing across a crash
-//! (docs/FORMAT.md, "Delete journal").
+//! (docs/FORMAT.md, "Delete" and "delete.journal").
 //!
 //! A swap-last delete rewrites several table slots and then the length; a
 //! crash in between would leave a survivor in two slots. So the complete set
@@ -13,27 +13,48 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{io_error, Error, Result};
-use crate::files::checksum_file::{Checksum, ChecksumFile, CHECKSUM_SLOT_LEN};
+use crate::files::checksum_file::ChecksumFile;
 use crate::files::io_hook::{announce, Hook, IoEvent};
 use crate::files::meta_file::MetaFile;
+use crate::files::os::sync_dir;
+use crate::format::checksums::{Checksum, CHECKSUM_SLOT_LEN};
 use crate::format::limits::MAX_RECORDS;
 use crate::format::record_table::{RecordLoc, ENTRY_LEN};
 
+/// File name of the delete journal inside a store directory.
 pub const JOURNAL_FILE_NAME: &str = "delete.journal";
 
-/// `ZRDJ`, then version 1.
+// The journal's layout (docs/FORMAT.md, "delete.journal"), each offset
+// chained from the one before it.
+/// `magic`: the ASCII bytes `ZRDJ`.
 const JOURNAL_MAGIC: [u8; 4] = *b"ZRDJ";
+/// `version`.
 const JOURNAL_VERSION: u16 = 1;
 const MAGIC_OFFSET: usize = 0;
-const VERSION_OFFSET: usize = MAGIC_OFFSET + 4;
-const OLD_LENGTH_OFFSET: usize = VERSION_OFFSET + 4; // u16 version, u16 reserved
-const NEW_LENGTH_OFFSET: usize = OLD_LENGTH_OFFSET + 4;
-const COUNT_OFFSET: usize = NEW_LENGTH_OFFSET + 4;
-const MOVES_OFFSET: usize = COUNT_OFFSET + 4;
-/// One move: the slot (u32), the entry it receives and its checksum slot.
-const MOVE_LEN: usize = 4 + ENTRY_LEN + CHECKSUM_SLOT_LEN;
+/// `version`, a `u16`.
+const VERSION_OFFSET: usize = MAGIC_OFFSET + JOURNAL_MAGIC.len();
+/// Two reserved bytes, written as zero.
+const RESERVED_OFFSET: usize = VERSION_OFFSET + size_of::<u16>();
+/// `old length`, a `u32`.
+const OLD_LENGTH_OFFSET: usize = RESERVED_OFFSET + size_of::<u16>();
+/// `new length`, a `u32`.
+const NEW_LENGTH_OFFSET: usize = OLD_LENGTH_OFFSET + size_of::<u32>();
+/// `count` of rewrites, a `u32`.
+const COUNT_OFFSET: usize = NEW_LENGTH_OFFSET + size_of::<u32>();
+/// The rewrites, `count` of them, `MOVE_LEN` bytes each.
+const MOVES_OFFSET: usize = COUNT_OFFSET + size_of::<u32>();
+/// Within a rewrite: the slot it rewrites, a `u32`.
+const MOVE_SLOT_OFFSET: usize = 0;
+/// Within a rewrite: the table entry the slot receives.
+const MOVE_ENTRY_OFFSET: usize = MOVE_SLOT_OFFSET + size_of::<u32>();
+/// Within a rewrite: the checksum slot the record's slot receives.
+const MOVE_CHECKSUM_OFFSET: usize = MOVE_ENTRY_OFFSET + ENTRY_LEN;
+/// Size of one rewrite.
+const MOVE_LEN: usize = MOVE_CHECKSUM_OFFSET + CHECKSUM_SLOT_LEN;
 /// The journal ends with the CRC32C of every byte before it.
-const CRC_LEN: usize = 4;
+const CRC_LEN: usize = size_of::<u32>();
+
+const _: () = assert!(MOVES_OFFSET == 20 && MOVE_LEN == 28);
 
 /// A delete, fully resolved: the length before and after, and every slot
 /// below the new length that receives a new entry.
@@ -45,17 +66,20 @@ pub(crate) struct DeletePlan {
 
 impl DeletePlan {
     fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(MOVES_OFFSET + self.moves.len() * MOVE_LEN + CRC_LEN);
-        b.extend_from_slice(&JOURNAL_MAGIC);
-        b.extend_from_slice(&JOURNAL_VERSION.to_le_bytes());
-        b.extend_from_slice(&0u16.to_le_bytes());
-        b.extend_from_slice(&self.old_length.to_le_bytes());
-        b.extend_from_slice(&self.new_length.to_le_bytes());
-        b.extend_from_slice(&(self.moves.len() as u32).to_le_bytes());
-        for (slot, loc, checksum) in &self.moves {
-            b.extend_from_slice(&slot.to_le_bytes());
-            b.extend_from_slice(&loc.to_bytes());
-            b.extend_from_slice(&checksum.to_bytes());
+        let mut b = vec![0u8; MOVES_OFFSET + self.moves.len() * MOVE_LEN];
+        b[MAGIC_OFFSET..VERSION_OFFSET].copy_from_slice(&JOURNAL_MAGIC);
+        b[VERSION_OFFSET..RESERVED_OFFSET].copy_from_slice(&JOURNAL_VERSION.to_le_bytes());
+        b[OLD_LENGTH_OFFSET..NEW_LENGTH_OFFSET].copy_from_slice(&self.old_length.to_le_bytes());
+        b[NEW_LENGTH_OFFSET..COUNT_OFFSET].copy_from_slice(&self.new_length.to_le_bytes());
+        b[COUNT_OFFSET..MOVES_OFFSET].copy_from_slice(&(self.moves.len() as u32).to_le_bytes());
+        for ((slot, loc, checksum), m) in self
+            .moves
+            .iter()
+            .zip(b[MOVES_OFFSET..].chunks_exact_mut(MOVE_LEN))
+        {
+            m[MOVE_SLOT_OFFSET..MOVE_ENTRY_OFFSET].copy_from_slice(&slot.to_le_bytes());
+            m[MOVE_ENTRY_OFFSET..MOVE_CHECKSUM_OFFSET].copy_from_slice(&loc.to_bytes());
+            m[MOVE_CHECKSUM_OFFSET..MOVE_LEN].copy_from_slice(&checksum.to_bytes());
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -67,10 +91,12 @@ impl DeletePlan {
     fn decode(b: &[u8]) -> Option<DeletePlan> {
         let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
         let body = b.len().checked_sub(CRC_LEN)?;
-        if b.get(..4)? != JOURNAL_MAGIC || crc32c::crc32c(&b[..body]) != u32_at(body)? {
+        if b.get(MAGIC_OFFSET..VERSION_OFFSET)? != JOURNAL_MAGIC
+            || crc32c::crc32c(&b[..body]) != u32_at(body)?
+        {
             return None;
         }
-        if u16::from_le_bytes(b[VERSION_OFFSET..VERSION_OFFSET + 2].try_into().ok()?)
+        if u16::from_le_bytes(b[VERSION_OFFSET..RESERVED_OFFSET].try_into().ok()?)
             != JOURNAL_VERSION
         {
             return None;
@@ -79,13 +105,17 @@ impl DeletePlan {
         if MOVES_OFFSET + count.checked_mul(MOVE_LEN)? != body {
             return None;
         }
-        let moves = (0..count)
-            .map(|k| {
-                let m = MOVES_OFFSET + k * MOVE_LEN;
-                let e = m + 4 + ENTRY_LEN;
-                let loc = RecordLoc::from_bytes(b[m + 4..e].try_into().ok()?);
-                let checksum = Checksum::from_bytes(b[e..m + MOVE_LEN].try_into().ok()?);
-                Some((u32_at(m)?, loc, checksum))
+        let moves = b[MOVES_OFFSET..body]
+            .chunks_exact(MOVE_LEN)
+            .map(|m| {
+                let slot =
+                    u32::from_le_bytes(m[MOVE_SLOT_OFFSET..MOVE_ENTRY_OFFSET].try_into().ok()?);
+                let loc = RecordLoc::from_bytes(
+                    m[MOVE_ENTRY_OFFSET..MOVE_CHECKSUM_OFFSET].try_into().ok()?,
+                );
+                let checksum =
+                    Checksum::from_bytes(m[MOVE_CHECKSUM_OFFSET..MOVE_LEN].try_into().ok()?);
+                Some((slot, loc, checksum))
             })
             .collect::<Option<Vec<_>>>()?;
         Some(DeletePlan {
@@ -118,7 +148,7 @@ pub(crate) fn write(dir: &Path, hook: &Hook, plan: &DeletePlan) -> Result<()> {
     file.write_all(&bytes).map_err(io_error(&path))?;
     announce(hook, &path, IoEvent::FileSync { name })?;
     file.sync_all().map_err(io_error(&path))?;
-    sync_dir(dir, hook)
+    announce_and_sync_dir(dir, hook)
 }
 
 /// Applies `plan` to the table, makes it durable, and removes the journal.
@@ -147,7 +177,7 @@ fn remove(dir: &Path, hook: &Hook) -> Result<()> {
     let name = JOURNAL_FILE_NAME;
     announce(hook, &path, IoEvent::FileRemove { name })?;
     fs::remove_file(&path).map_err(io_error(&path))?;
-    sync_dir(dir, hook)
+    announce_and_sync_dir(dir, hook)
 }
 
 /// Finishes a delete that a crash interrupted, if there is one.
@@ -192,17 +222,14 @@ pub(crate) fn recover(dir: &Path, meta: &MetaFile, checksums: Option<&ChecksumFi
     apply(dir, meta, checksums, &plan)
 }
 
-fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
+fn announce_and_sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
     announce(hook, dir, IoEvent::DirSync)?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error(dir))
+    sync_dir(dir)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::files::checksum_file::Checksum;
     use crate::format::codec::CodecTag;
 
     fn plan() -> DeletePlan {

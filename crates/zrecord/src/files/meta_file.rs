@@ -15,11 +15,12 @@ use memmap2::MmapRaw;
 
 use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
+use crate::files::os::sync_dir;
 use crate::format::header::{
     Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET, TAIL_OFFSET_OFFSET,
 };
 use crate::format::limits::{MAX_CHUNKS, MAX_RECORDS};
-use crate::format::record_table::{RecordLoc, ENTRY_LEN, META_FILE_LEN, TABLE_OFFSET};
+use crate::format::record_table::{entry_offset, RecordLoc, ENTRY_LEN, META_FILE_LEN};
 
 /// File name of the metadata file inside a store directory.
 pub const META_FILE_NAME: &str = "meta.zr";
@@ -102,8 +103,7 @@ impl MetaFile {
         self.map.as_mut_ptr()
     }
 
-    /// A snapshot of the header; `length` as of an acquire load.
-    /// The open `meta.zr`, whose byte-range locks coordinate handles.
+    /// The open `meta.zr`, whose locks coordinate handles.
     pub fn file(&self) -> &File {
         &self.file
     }
@@ -124,17 +124,22 @@ impl MetaFile {
         announce(&self.hook, &self.path, IoEvent::MetaSync { offset, len })
     }
 
+    /// A snapshot of the header; `length` as of an acquire load.
     pub fn header(&self) -> Header {
-        // SAFETY: the mapping is META_FILE_LEN bytes, page aligned, so the
-        // header is in bounds and aligned; Header is plain bytes.
-        let mut h = unsafe { std::ptr::read_volatile(self.ptr().cast::<Header>()) };
+        // SAFETY: the mapping is META_FILE_LEN bytes (checked at open) and
+        // lives as long as `self`, so its first HEADER_LEN bytes are in
+        // bounds; a byte array has no alignment or validity requirement.
+        let bytes = unsafe { std::ptr::read_volatile(self.ptr().cast::<[u8; HEADER_LEN]>()) };
+        let mut h = Header::from_bytes(&bytes);
         h.length = self.length();
         h
     }
 
     fn length_atomic(&self) -> &AtomicU32 {
-        // SAFETY: LENGTH_OFFSET is 4-aligned within a page-aligned mapping that
-        // lives as long as self; the field is only ever accessed atomically.
+        // SAFETY: LENGTH_OFFSET + 4 <= META_FILE_LEN, the mapping's size, and
+        // LENGTH_OFFSET is 4-aligned within the page-aligned mapping, which
+        // lives as long as `self`; the field is only ever accessed
+        // atomically by this process.
         unsafe { AtomicU32::from_ptr(self.ptr().add(LENGTH_OFFSET).cast()) }
     }
 
@@ -153,12 +158,19 @@ impl MetaFile {
 
     /// Records the write frontier. Callers hold the store's writer lock.
     pub fn set_tail(&self, chunk: u16, offset: u32) -> Result<()> {
-        let mut bytes = [0u8; 6];
-        bytes[..2].copy_from_slice(&chunk.to_le_bytes());
-        bytes[2..].copy_from_slice(&offset.to_le_bytes());
-        self.announce_write(TAIL_CHUNK_OFFSET, &bytes)?;
-        // SAFETY: both fields are in bounds and naturally aligned; only the
-        // writer-lock holder writes them.
+        if self.hook.is_some() {
+            let header = Header {
+                tail_chunk: chunk,
+                tail_offset: offset,
+                ..self.header()
+            };
+            let bytes = header.to_bytes();
+            self.announce_write(TAIL_CHUNK_OFFSET, &bytes[TAIL_CHUNK_OFFSET..LENGTH_OFFSET])?;
+        }
+        // SAFETY: both fields lie inside the header, in bounds of the
+        // mapping, and are naturally aligned (TAIL_CHUNK_OFFSET is 2-aligned,
+        // TAIL_OFFSET_OFFSET 4-aligned, in a page-aligned mapping); only the
+        // holder of the store's writer lock (or of `&mut Store`) writes them.
         unsafe {
             std::ptr::write_volatile(self.ptr().add(TAIL_CHUNK_OFFSET).cast::<u16>(), chunk);
             std::ptr::write_volatile(self.ptr().add(TAIL_OFFSET_OFFSET).cast::<u32>(), offset);
@@ -169,33 +181,31 @@ impl MetaFile {
     /// Table entry `index`, which must be below `MAX_RECORDS`.
     pub fn entry(&self, index: usize) -> RecordLoc {
         assert!(index < MAX_RECORDS);
-        // SAFETY: in bounds (checked), 16-byte entries at a 16-byte offset of a
-        // page-aligned mapping; every bit pattern is a valid RecordLoc.
-        unsafe {
-            std::ptr::read(
-                self.ptr()
-                    .add(TABLE_OFFSET + index * ENTRY_LEN)
-                    .cast::<RecordLoc>(),
-            )
-        }
+        // SAFETY: `index < MAX_RECORDS` (checked), so the entry lies inside
+        // the META_FILE_LEN mapping; entries are ENTRY_LEN (16) bytes at a
+        // 16-byte aligned offset of a page-aligned mapping, so aligned for
+        // RecordLoc, and every bit pattern is a valid RecordLoc.
+        unsafe { std::ptr::read(self.ptr().add(entry_offset(index)).cast::<RecordLoc>()) }
     }
 
     /// Writes table entry `index`. Callers guarantee no reader can see the
     /// slot: it is at or past the published length, or they hold `&mut Store`.
     pub fn set_entry(&self, index: usize, loc: RecordLoc) -> Result<()> {
         assert!(index < MAX_RECORDS);
-        let offset = TABLE_OFFSET + index * ENTRY_LEN;
+        let offset = entry_offset(index);
         if self.hook.is_some() {
             self.announce_write(offset, &loc.to_bytes())?;
         }
-        // SAFETY: in bounds (checked) and aligned, as in `entry`.
+        // SAFETY: in bounds and aligned, as in `entry`; no reader looks at
+        // the slot (the caller's promise above), and writers are serialised
+        // by the writer lock or `&mut Store`.
         unsafe { std::ptr::write(self.ptr().add(offset).cast::<RecordLoc>(), loc) };
         Ok(())
     }
 
     /// Flushes the table entries `first..first + count` to the file.
     pub fn flush_entries(&self, first: usize, count: usize) -> Result<()> {
-        self.flush_range(TABLE_OFFSET + first * ENTRY_LEN, count * ENTRY_LEN)
+        self.flush_range(entry_offset(first), count * ENTRY_LEN)
     }
 
     /// Flushes the header to the file.
@@ -226,20 +236,9 @@ fn create_meta_file(dir: &Path, path: &Path) -> Result<()> {
     let tmp = dir.join("meta.zr.tmp");
     let mut file = File::create(&tmp).map_err(io_error(&tmp))?;
     file.set_len(META_FILE_LEN as u64).map_err(io_error(&tmp))?;
-    let header = Header {
-        magic: MAGIC,
-        version: FORMAT_VERSION,
-        tail_chunk: 0,
-        tail_offset: 0,
-        length: 0,
-    };
-    let mut bytes = [0u8; HEADER_LEN];
-    bytes[..4].copy_from_slice(&header.magic);
-    bytes[4..6].copy_from_slice(&header.version.to_le_bytes());
-    file.write_all(&bytes).map_err(io_error(&tmp))?;
+    file.write_all(&Header::empty().to_bytes())
+        .map_err(io_error(&tmp))?;
     file.sync_all().map_err(io_error(&tmp))?;
     fs::rename(&tmp, path).map_err(io_error(path))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error(dir))
+    sync_dir(dir)
 }

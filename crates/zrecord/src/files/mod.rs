@@ -9,3 +9,4 @@ pub(crate) mod delete_journal;
 pub(crate) mod io_hook;
 pub(crate) mod lock;
 pub(crate) mod meta_file;
+pub(crate) mod os;

@@ -34,6 +34,7 @@ const ZSTD_LEVEL: i32 = 3;
 impl Codec {
     pub const ALL: [Codec; 4] = [Codec::Raw, Codec::Flate, Codec::Lz4, Codec::Zstd];
 
+    /// The tag byte stored in table entries (docs/FORMAT.md, "Codec tags").
     pub fn tag(self) -> CodecTag {
         CodecTag(match self {
             Codec::Raw => 0,

@@ -4,16 +4,20 @@
 //! space before it runs out of record slots, which is what lets `meta.zr` be
 //! sized once, statically, at its maximum.
 
-/// Largest logical (uncompressed) size of one record: 1 MiB.
+/// Largest logical (uncompressed) size of one record: 1 MiB
+/// (docs/FORMAT.md, "Limits").
 pub const MAX_RECORD_LEN: usize = 1 << 20;
 
-/// Most chunk files a store may have: `0.zr ..= 4095.zr`.
+/// Most chunk files a store may have: `0.zr ..= 4095.zr` (docs/FORMAT.md,
+/// "Limits").
 pub const MAX_CHUNKS: usize = 1 << 12;
 
-/// Capacity of one chunk file in bytes (offsets within a chunk are `u32`).
+/// Capacity of one chunk file in bytes (offsets within a chunk are `u32`;
+/// docs/FORMAT.md, "Limits").
 pub const CHUNK_CAPACITY: u64 = 1 << 32;
 
-/// Most records a store may hold; the record table has exactly this many slots.
+/// Most records a store may hold; the record table has exactly this many
+/// slots (docs/FORMAT.md, "Limits").
 pub const MAX_RECORDS: usize = 1 << 24;
 
 const _: () = assert!(

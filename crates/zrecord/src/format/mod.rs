@@ -3,6 +3,7 @@
 //! codec tags. Every byte offset the store reads or writes is a constant
 //! defined once here, chained from the one before it.
 
+pub(crate) mod checksums;
 pub(crate) mod codec;
 pub(crate) mod header;
 pub(crate) mod limits;

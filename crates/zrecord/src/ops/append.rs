@@ -21,7 +21,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::exec::thread_pool::pool;
-use crate::files::checksum_file::Checksum;
+use crate::format::checksums::Checksum;
 use crate::format::codec::Codec;
 use crate::format::header::Header;
 use crate::format::limits::{MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN};

@@ -12,7 +12,8 @@
 //! running `compact` again finishes it.
 
 use crate::error::{Error, Result};
-use crate::format::record_table::RecordLoc;
+use crate::files::chunk_file::chunk_id_of;
+use crate::format::record_table::{physical_address, RecordLoc};
 use crate::ops::stats::Stats;
 use crate::store::Store;
 
@@ -80,7 +81,7 @@ impl Store {
             }
             prev_end = start + loc.phys_length as u64;
             let target = self.place(cursor, loc.phys_length);
-            if address(target) >= start {
+            if physical_address(target.0, target.1) >= start {
                 // In place already, or packing would move it up: keep it.
                 cursor = (loc.chunk_id, loc.end());
                 continue;
@@ -142,7 +143,9 @@ impl Store {
         // The tail covers the parked copies before any entry points at them,
         // so an append after a crash cannot overwrite them.
         let tail = self.meta.header();
-        if address(park) > address((tail.tail_chunk, tail.tail_offset as u64)) {
+        if physical_address(park.0, park.1)
+            > physical_address(tail.tail_chunk, tail.tail_offset as u64)
+        {
             self.meta.set_tail(park.0, park.1 as u32)?;
             self.meta.flush_header()?;
         }
@@ -230,18 +233,11 @@ impl Store {
         for entry in entries {
             let entry = entry.map_err(crate::error::io_error(&dir))?;
             let name = entry.file_name();
-            let id = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".zr"))
-                .and_then(|n| n.parse::<u16>().ok());
+            let id = name.to_str().and_then(chunk_id_of);
             if let Some(id) = id.filter(|&id| id > last) {
                 self.chunks.remove(id)?;
             }
         }
         Ok(())
     }
-}
-
-fn address((chunk, offset): Pos) -> u64 {
-    ((chunk as u64) << 32) | offset
 }
