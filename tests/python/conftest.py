@@ -36,6 +36,33 @@ def same_bytes(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
+#: Seconds a test waits for something that should take milliseconds (a close,
+#: threads ending) before calling it a hang. Generous on purpose: it catches
+#: a hang, it does not measure speed, so a loaded machine never trips it.
+WATCHDOG = 30.0
+
+
+def returns_within(call, seconds=WATCHDOG):
+    """`call()`'s result, run on a helper thread; fails the test if the call
+    has not returned after `seconds` (a hang), instead of hanging the suite."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as e:  # re-raised in the test's thread
+            outcome["error"] = e
+
+    t = threading.Thread(target=run, name="test-watchdog", daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        pytest.fail(f"{call!r} did not return within {seconds:.0f} s: it hangs")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 def loader_threads():
     """Names of this process's zloader worker threads (Linux /proc)."""
     names = []

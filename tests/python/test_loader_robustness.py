@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import array_of, compressible, loader_threads, same_bytes
+from conftest import WATCHDOG, array_of, compressible, loader_threads, returns_within, same_bytes
 from loaderx import DataLoader, Dataset, RaggedDataset, Sampler
 
 N = 300
@@ -38,18 +38,18 @@ def threads_of_loaders():
     return py + loader_threads()
 
 
-def wait_until_gone(timeout=2.0):
+def wait_until_gone(timeout=WATCHDOG):
     deadline = time.monotonic() + timeout
     while threads_of_loaders() and time.monotonic() < deadline:
         time.sleep(0.01)
     return threads_of_loaders()
 
 
-def run_script(body, timeout=30):
-    started = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True,
-                         text=True, timeout=timeout)
-    return out, time.monotonic() - started
+def run_script(body, timeout=WATCHDOG):
+    """Runs `body` in a fresh interpreter; `timeout` is a watchdog for hangs
+    (subprocess.TimeoutExpired fails the test), not a speed bound."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True,
+                          text=True, timeout=timeout)
 
 
 # -- close ------------------------------------------------------------------------
@@ -66,16 +66,14 @@ def test_close_is_prompt_in_every_state(stores, workers):
     kwargs = dict(batch_size=16, transform=slow, transform_workers=workers)
     # Fresh (nothing delivered yet).
     loader = DataLoader(ds, ls, **kwargs)
-    started = time.monotonic()
-    loader.close()
-    assert time.monotonic() - started < 1.0
+    returns_within(loader.close)
+    assert loader.closed
     # Full queue, and a transform in flight.
     loader = DataLoader(ds, ls, **kwargs)
     next(loader)
     time.sleep(0.2)
-    started = time.monotonic()
-    loader.close()
-    assert time.monotonic() - started < 1.0
+    returns_within(loader.close)
+    assert loader.closed
     # A consumer waiting in another thread.
     loader = DataLoader(ds, ls, **kwargs)
     ended = threading.Event()
@@ -90,10 +88,8 @@ def test_close_is_prompt_in_every_state(stores, workers):
     t = threading.Thread(target=consume)
     t.start()
     time.sleep(0.1)
-    started = time.monotonic()
-    loader.close()
-    assert ended.wait(1.0)
-    assert time.monotonic() - started < 1.0
+    returns_within(loader.close)
+    assert ended.wait(WATCHDOG), "the consumer did not end after close()"
     t.join()
     with pytest.raises(StopIteration):
         next(loader)
@@ -126,17 +122,33 @@ def test_breaking_out_of_a_for_loop_and_dropping_the_loader_stops_everything(sto
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_ctrl_c_while_waiting_for_a_batch_interrupts_the_wait(tmp_path, workers):
-    # Big compressible records, one worker, no prefetch: the consumer spends
-    # its time waiting for the next batch (in the native wait, or in the
-    # pool's, with transform_workers=1), which must wake for the signal.
+    # The consumer waits for the next batch: in the native wait (big
+    # compressible records, one worker, no prefetch), or, with
+    # transform_workers=1, in the pool's wait, where a transform that holds
+    # every batch after the first until the interrupt makes the wait endless
+    # unless the signal wakes it. The wait must wake for the signal.
     rec = 256 << 10
     Dataset.write(tmp_path / "big", np.tile(compressible(3, rec), (64, 1)), durable=False).close()
     script = f"""
         import os, signal, sys, threading, time
         from loaderx import DataLoader, Dataset
+        # A process started with SIGINT ignored (nohup, `cmd &` in a script, a
+        # scheduler) would never see the Ctrl-C this test sends: give SIGINT
+        # Python's own handler, as an interactive session has.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        interrupted = threading.Event()
+        first = []
+
+        def hold(batch):
+            if first:
+                interrupted.wait()
+            first.append(1)
+            return batch
+
         big = Dataset({str(tmp_path / 'big')!r})
         loader = DataLoader(big, num_workers=1, batch_size=256, prefetch_size=1, mode=1,
-                            transform_workers={workers})
+                            transform_workers={workers},
+                            transform=hold if {workers} else None)
         next(loader)
         delivered = 1
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -146,7 +158,7 @@ def test_ctrl_c_while_waiting_for_a_batch_interrupts_the_wait(tmp_path, workers)
                 next(loader)
                 delivered += 1
         except KeyboardInterrupt:
-            late = time.monotonic() - started - 0.3
+            interrupted.set()
             # The interrupted wait lost nothing: the next batch is the one
             # after the last delivered (one more only if the signal landed
             # in the instant after a hand-over).
@@ -154,17 +166,15 @@ def test_ctrl_c_while_waiting_for_a_batch_interrupts_the_wait(tmp_path, workers)
             step = loader.step
             next(loader)
             assert loader.step == step + 1
-            t = time.monotonic()
             loader.close()
-            print("interrupted", round(late, 3), round(time.monotonic() - t, 3))
+            print("interrupted")
             sys.exit(0)
         print("not interrupted")
         sys.exit(1)
     """
-    out, _ = run_script(script)
+    out = run_script(script, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    _, late, close_time = out.stdout.split()
-    assert float(late) < 1.0 and float(close_time) < 1.0
+    assert out.stdout.split() == ["interrupted"]
 
 
 def test_a_transform_keyboard_interrupt_in_the_consumer_thread_leaves_a_usable_loader(stores):
@@ -207,10 +217,9 @@ def test_the_interpreter_exits_promptly_with_live_loaders(stores):
         time.sleep(0.1)
         print("exiting")
     """
-    out, seconds = run_script(script, timeout=30)
+    out = run_script(script)  # an exit that hangs trips the watchdog
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "exiting" and out.stderr == ""
-    assert seconds < 5.0
 
 
 # -- leaks ------------------------------------------------------------------------------
@@ -318,7 +327,7 @@ def test_a_pooled_loader_inherited_by_a_fork_child_fails_cleanly(stores):
                     code = 3
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + WATCHDOG
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
