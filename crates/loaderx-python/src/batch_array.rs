@@ -3,7 +3,7 @@
 //! The array views the buffer's memory and holds a small owner object as
 //! its numpy `base`; when the last array or view of the batch goes away,
 //! the owner drops the buffer, which goes back to the recycler it came
-//! from (its loader's, or zloader's shared one) for the next batch.
+//! from (its loader's, or zrecord's shared one) for the next batch.
 
 use numpy::ndarray::ArrayView1;
 use numpy::PyArray1;

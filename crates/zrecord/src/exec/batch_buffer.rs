@@ -53,7 +53,8 @@ struct Idle {
     buffers: Vec<(usize, NonNull<u8>)>,
 }
 
-// SAFETY: the idle allocations are owned by the list, not shared.
+// SAFETY: the idle allocations are owned by the list, not shared, so moving
+// the list to another thread moves their ownership with it.
 unsafe impl Send for Idle {}
 
 /// Where dropped [`BatchBuffer`]s wait to be taken again, within bounds.
@@ -181,8 +182,11 @@ pub struct BatchBuffer {
     home: Option<Arc<Recycler>>,
 }
 
-// SAFETY: a `BatchBuffer` owns its allocation exclusively, like a `Vec<u8>`.
+// SAFETY: a `BatchBuffer` owns its allocation exclusively, like a `Vec<u8>`,
+// and its other fields (an `Arc<Recycler>`) are `Send`.
 unsafe impl Send for BatchBuffer {}
+// SAFETY: as for `Send`; shared access only reads the bytes (`Deref`), and
+// writing needs `&mut self`.
 unsafe impl Sync for BatchBuffer {}
 
 /// The capacity class of a `len`-byte buffer: `len` rounded up to a
@@ -225,10 +229,11 @@ impl BatchBuffer {
             });
         }
         let layout = Layout::from_size_align(capacity, ALIGN).ok()?;
-        // SAFETY: `layout` has a non-zero size. Fresh memory is zeroed (for
-        // this alignment the allocator writes the zeros itself); its pages
-        // are faulted in and cleared by that first write, which is the cost
-        // recycling saves.
+        // Fresh memory is zeroed (for this alignment the allocator writes the
+        // zeros itself); its pages are faulted in and cleared by that first
+        // write, which is the cost recycling saves.
+        // SAFETY: `layout` has a non-zero size (`capacity >= ALIGN`), as
+        // `alloc_zeroed` requires; a null result is refused just below.
         let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
         Some(BatchBuffer {
             ptr,
@@ -267,8 +272,10 @@ impl Drop for BatchBuffer {
 
 /// Frees an allocation made by [`BatchBuffer::new`].
 fn free(capacity: usize, ptr: NonNull<u8>) {
-    // SAFETY: allocated in `BatchBuffer::new` with exactly this layout, and
-    // owned by the caller.
+    // SAFETY: `ptr` was allocated in `BatchBuffer::with_home` with
+    // `Layout::from_size_align(capacity, ALIGN)`, which succeeded there, so
+    // the layout is valid and the same; the caller owns the allocation and
+    // gives it up here.
     unsafe {
         std::alloc::dealloc(
             ptr.as_ptr(),
@@ -281,7 +288,8 @@ impl Deref for BatchBuffer {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         // SAFETY: `ptr` is valid for `len` initialised bytes (zeroed at
-        // allocation, written since) and owned by `self`.
+        // allocation, written since; or dangling but aligned when `len` is
+        // 0) and owned by `self`, which this borrow keeps alive.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }

@@ -127,19 +127,21 @@ impl MetaFile {
     /// A snapshot of the header; `length` as of an acquire load.
     pub fn header(&self) -> Header {
         // SAFETY: the mapping is META_FILE_LEN bytes (checked at open) and
-        // lives as long as `self`, so its first HEADER_LEN bytes are in
-        // bounds; a byte array has no alignment or validity requirement.
-        let bytes = unsafe { std::ptr::read_volatile(self.ptr().cast::<[u8; HEADER_LEN]>()) };
-        let mut h = Header::from_bytes(&bytes);
-        h.length = self.length();
-        h
+        // lives as long as `self`, so the bytes before LENGTH_OFFSET are in
+        // bounds; a byte array has no alignment or validity requirement. The
+        // length after them is only accessed atomically (`length_atomic`).
+        let fixed = unsafe { std::ptr::read_volatile(self.ptr().cast::<[u8; LENGTH_OFFSET]>()) };
+        let mut bytes = [0u8; HEADER_LEN];
+        bytes[..LENGTH_OFFSET].copy_from_slice(&fixed);
+        bytes[LENGTH_OFFSET..].copy_from_slice(&self.length().to_le_bytes());
+        Header::from_bytes(&bytes)
     }
 
     fn length_atomic(&self) -> &AtomicU32 {
         // SAFETY: LENGTH_OFFSET + 4 <= META_FILE_LEN, the mapping's size, and
         // LENGTH_OFFSET is 4-aligned within the page-aligned mapping, which
-        // lives as long as `self`; the field is only ever accessed
-        // atomically by this process.
+        // lives as long as `self`; this process accesses the field only
+        // through this atomic (`header` reads the bytes before it).
         unsafe { AtomicU32::from_ptr(self.ptr().add(LENGTH_OFFSET).cast()) }
     }
 

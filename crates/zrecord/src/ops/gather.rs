@@ -88,9 +88,10 @@ struct SharedDst {
 }
 
 // SAFETY: workers only create slices over ranges proven disjoint before the
-// batch starts (see `gather` and `gather_ragged`), while the caller's `&mut [u8]`
-// is held.
+// batch starts (see `gather` and `gather_ragged`), while the caller's
+// `&mut [u8]` is held, so no two threads ever touch the same byte.
 unsafe impl Send for SharedDst {}
+// SAFETY: as for `Send`: sharing the pointer shares no byte it points at.
 unsafe impl Sync for SharedDst {}
 
 impl SharedDst {
