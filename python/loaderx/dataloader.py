@@ -16,7 +16,17 @@ from typing import Any, Callable, Iterable
 
 from ._native import Loader, Sampler
 from .dataset import Dataset
-from .loader_args import non_negative, pad_arg, positive, shard_arg, stream_lengths, streams_arg
+from .loader_args import (
+    MAX_PREFETCH,
+    MAX_SEED,
+    MAX_WORKERS,
+    non_negative,
+    pad_arg,
+    positive,
+    shard_arg,
+    stream_lengths,
+    streams_arg,
+)
 from .loader_state import STATE_VERSION  # noqa: F401 - loaderx.dataloader.STATE_VERSION
 from .loader_state import check_state, identity, state_at
 from .loader_streams import assembler, native_streams, stream_adapters
@@ -79,6 +89,13 @@ class DataLoader:
         """Starts the loader.
 
         Args:
+            num_workers: native gather threads, 1 to 1024 (at most one per
+                core runs).
+            batch_size: the global batch size, at least 1 (and at most the
+                most records a store can hold).
+            prefetch_size: finished steps the workers may hold ahead of the
+                consumer, 1 to 1024; each holds a whole batch in memory.
+            seed: the sampler's seed, 0 to 2**64 - 1.
             transform: applied to every batch (see the class docstring), on
                 `transform_workers` Python threads; its exceptions are raised
                 by ``next()`` at that batch's step, with their traceback.
@@ -86,8 +103,8 @@ class DataLoader:
                 batch.
             state: a :meth:`state_dict` to resume from.
             transform_workers: threads running `transform` ahead of the
-                consumer (default 1 with a transform, 0 without); 0 runs it
-                in the consuming thread.
+                consumer (default 1 with a transform, 0 without), 0 to 1024;
+                0 runs it in the consuming thread.
             pad: pad ragged streams to the batch's largest shape: True for
                 all of them, or the names of those to pad.
 
@@ -97,19 +114,21 @@ class DataLoader:
                 batch size is not divisible by the shard count, or `state`
                 belongs to another configuration.
             TypeError: a stream is not a Dataset (or, in the dict form, a
-                RaggedDataset).
+                RaggedDataset), or a count or the seed is not an int (a bool
+                is not a count).
         """
         self._pool: TransformPool | None = None
         streams = streams_arg(dataset, labelset)
         lengths = stream_lengths(streams, pair=labelset is not None)
-        num_workers = positive("num_workers", num_workers)
+        num_workers = positive("num_workers", num_workers, MAX_WORKERS)
         batch_size = positive("batch_size", batch_size)
-        prefetch_size = positive("prefetch_size", prefetch_size)
+        prefetch_size = positive("prefetch_size", prefetch_size, MAX_PREFETCH)
+        seed = non_negative("seed", seed, MAX_SEED)
         if transform is not None and not callable(transform):
             raise TypeError("transform must be callable")
         if transform_workers is None:
             transform_workers = 0 if transform is None else 1
-        transform_workers = non_negative("transform_workers", transform_workers)
+        transform_workers = non_negative("transform_workers", transform_workers, MAX_WORKERS)
         shard = shard_arg(shard)
         padded = pad_arg(pad, streams)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ._native import MAX_RECORD_LEN, Zrecord
 from .dataset_base import WRITE_CHUNK_BYTES, DatasetBase
-from .indexing import int_key, position, positions, slice_positions
+from .indexing import int_key, leading_key, position, positions, slice_positions
 from .schema_file import CODECS  # noqa: F401 - loaderx.dataset.CODECS
 from .schema_file import SCHEMA, codec_arg, reading_schema, recordable_dtype, write_schema
 
@@ -87,8 +87,16 @@ class Dataset(DatasetBase):
         return flat.view(self.dtype).reshape(*pos.shape, *self.shape)
 
     def __getitem__(self, key: Any) -> Any:
-        """One sample for an integer index, otherwise a stacked batch."""
+        """One sample for an integer index, otherwise a stacked batch. A
+        tuple indexes as NumPy would index the array of all samples:
+        ``ds[i, j]`` is ``ds[i][j]``, ``ds[:, 0]`` the first element of every
+        sample (only the samples selected are read)."""
         n = len(self)
+        if isinstance(key, tuple):
+            if not key:
+                return self._gather(slice_positions(slice(None), n))
+            pos, local = leading_key(key[0], n)
+            return self._gather(pos)[(local, *key[1:])]
         i = int_key(key)
         if i is not None:
             return self._gather(np.array([position(i, n)], dtype=np.int64))[0]

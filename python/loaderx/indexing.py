@@ -2,7 +2,9 @@
 
 ``Dataset`` and ``RaggedDataset`` index their samples the same way: an int
 (negative counts from the end), a slice, an integer array or list, or a
-boolean mask of ``len`` samples. These functions check such a key against
+boolean mask of ``len`` samples. A ``Dataset`` also takes a tuple, as NumPy
+does (:func:`leading_key`): its first element selects samples, the rest
+index within them. These functions check such a key against
 the number of samples and give the non-negative positions that the native
 store gathers, raising the IndexError or TypeError that NumPy would.
 """
@@ -72,3 +74,26 @@ def positions(key: Any, n: int) -> np.ndarray:
         bad = arr.flat[int(np.argmax((pos < 0) | (pos >= n)))]
         raise IndexError(f"index {int(bad)} is out of range for a dataset of {n} samples")
     return pos
+
+
+def leading_key(first: Any, n: int) -> tuple[np.ndarray, Any]:
+    """For a tuple key ``(first, *rest)`` over `n` samples: the 1-D positions
+    of the samples `first` selects, and the key that selects the same
+    samples, in the same shape, from an array of just those samples stacked
+    in that order. Indexing that array with ``(local, *rest)`` is then
+    exactly NumPy's ``array[first, *rest]`` (its rules for mixing integer,
+    slice and array indices included), having read only those samples."""
+    i = int_key(first)
+    if i is not None:
+        return np.array([position(i, n)], dtype=np.int64), 0
+    if isinstance(first, slice):
+        return slice_positions(first, n), slice(None)
+    if first is Ellipsis:  # every sample; the rest indexes from the last axis
+        return slice_positions(slice(None), n), Ellipsis
+    if first is None:
+        raise TypeError(
+            "the first index of a tuple must select samples (an int, slice, "
+            f"Ellipsis, integer array or boolean mask), not {first!r}"
+        )
+    pos = positions(first, n)
+    return pos.reshape(-1), np.arange(pos.size).reshape(pos.shape)

@@ -18,24 +18,46 @@ from .dataset import Dataset
 from .ragged import RaggedDataset
 
 
-def _count(name: str, value: Any, least: int) -> int:
+#: The most worker threads of either kind. The native workers are capped at
+#: one per core anyway, and each transform worker is a Python thread; a
+#: larger count is a mistake (``num_workers=2**70`` used to fail inside the
+#: binding with "int too big to convert", or start threads without end).
+MAX_WORKERS = 1024
+
+#: The most finished steps the workers may hold ahead of the consumer. Each
+#: holds a whole batch in memory, and a window nobody drains only costs
+#: memory: ``prefetch_size=10**12`` used to be accepted and let memory grow
+#: for as long as the workers ran.
+MAX_PREFETCH = 1024
+
+#: Seeds are the sampler's unsigned 64-bit integers.
+MAX_SEED = 2**64 - 1
+
+
+def _count(name: str, value: Any, least: int, most: int | None = None) -> int:
+    """`value` as an int in [least, most]: TypeError for a non-integer
+    (a bool included: True is not a count), ValueError out of range; both
+    name the argument and the range."""
+    allowed = f"an int from {least} to {most}" if most is not None else f"an int >= {least}"
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be {allowed}, not a bool ({value!r})")
     try:
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}") from None
-    if value < least:
-        raise ValueError(f"{name} must be at least {least}, not {value}")
+        raise TypeError(f"{name} must be {allowed}, not {type(value).__name__}") from None
+    if value < least or (most is not None and value > most):
+        raise ValueError(f"{name} must be {allowed}, not {value}")
     return value
 
 
-def positive(name: str, value: Any) -> int:
-    """`value` as an int of at least 1."""
-    return _count(name, value, 1)
+def positive(name: str, value: Any, most: int | None = None) -> int:
+    """`value` as an int of at least 1 (and at most `most`)."""
+    return _count(name, value, 1, most)
 
 
-def non_negative(name: str, value: Any) -> int:
-    """`value` as an int of at least 0."""
-    return _count(name, value, 0)
+def non_negative(name: str, value: Any, most: int | None = None) -> int:
+    """`value` as an int of at least 0 (and at most `most`)."""
+    return _count(name, value, 0, most)
 
 
 def shard_arg(shard: Any) -> tuple[int, int]:

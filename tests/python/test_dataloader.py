@@ -232,6 +232,31 @@ def test_bad_arguments(small, tmp_path):
     assert wait_for_no_loader_threads() == []
 
 
+def test_counts_and_seed_out_of_range_name_the_argument_and_its_range(small):
+    ds, ls, _, _ = small
+    for kwargs, error, words in (
+        ({"seed": -1}, ValueError, ["seed", "0 to 18446744073709551615", "-1"]),
+        ({"seed": 2**64}, ValueError, ["seed", "0 to 18446744073709551615"]),
+        ({"num_workers": 2**70}, ValueError, ["num_workers", "1 to 1024"]),
+        ({"transform_workers": 2**70}, ValueError, ["transform_workers", "0 to 1024"]),
+        ({"prefetch_size": 10**12}, ValueError, ["prefetch_size", "1 to 1024"]),
+        ({"prefetch_size": 1025}, ValueError, ["prefetch_size", "1 to 1024"]),
+        ({"batch_size": True}, TypeError, ["batch_size", "bool"]),
+        ({"num_workers": np.bool_(True)}, TypeError, ["num_workers", "bool"]),
+        ({"seed": 1.0}, TypeError, ["seed", "float"]),
+    ):
+        with pytest.raises(error) as info:
+            DataLoader(ds, ls, **kwargs)
+        for word in words:
+            assert word in str(info.value), (kwargs, str(info.value))
+    # The bounds themselves are accepted.
+    for kwargs in ({"seed": 0}, {"seed": 2**64 - 1}, {"seed": np.uint64(2**64 - 1)},
+                   {"prefetch_size": 1024, "num_workers": 1024}):
+        with DataLoader(ds, ls, batch_size=4, **kwargs) as loader:
+            assert next(loader)["data"].shape == (4, 3, 4)
+    assert wait_for_no_loader_threads() == []
+
+
 def test_a_dataset_closed_under_a_running_loader_stays_readable_by_it(small):
     ds, ls, data, _ = small
     with DataLoader(ds, ls, batch_size=8, mode=0) as loader:

@@ -109,6 +109,28 @@ def test_bad_indices_raise(small):
             ds[key]
 
 
+def test_a_tuple_key_indexes_like_numpy(small):
+    """``ds[0, 1]`` is ``ds[0][1]`` (it used to give samples 0 and 1): the
+    first element of a tuple selects samples, the rest index within them,
+    with NumPy's rules for mixing ints, slices and arrays."""
+    ds, _, data, _ = small
+    mask = np.zeros(500, bool)
+    mask[[3, 9]] = True
+    for key in ((0, 1), (0, 1, 2), (-1, slice(None), 3), (slice(10, 20), 0),
+                (slice(None, None, -50), Ellipsis, 1), ([4, 2, 4], 2), (np.array([[1, 2]]), 0, 0),
+                ([0, 2], slice(None), [1, 3]), (0, slice(None), [1, 2]), (mask, 1, 2),
+                (Ellipsis, 0), (7,), (np.int64(3), np.int64(2)), ()):
+        got, want = ds[key], data[key]
+        assert np.asarray(got).shape == np.asarray(want).shape, key
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), key
+    with pytest.raises(IndexError, match="out of range for a dataset"):
+        ds[500, 0]
+    with pytest.raises(IndexError, match="axis 1"):
+        ds[0, 3]
+    with pytest.raises(TypeError, match="first index of a tuple"):
+        ds[None, 0]
+
+
 # -- writing ------------------------------------------------------------------------
 
 
