@@ -27,9 +27,9 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// `stores[i]` holds fixed-size records of `record_lens[i]` bytes, or
 /// records of any length when `record_lens[i]` is None; every step of
 /// `sampler` (from its current step on; its shard of each batch) is gathered
-/// from every store into fresh buffers by `num_workers` threads (at most one
-/// per core), at most `prefetch_size` steps beyond those being gathered
-/// ahead of the consumer. Iterating yields
+/// from every store by `num_workers` threads (at most one per core) into
+/// batch memory recycled from the loader's earlier batches, at most
+/// `prefetch_size` steps beyond those being gathered ahead of the consumer. Iterating yields
 /// `(step, indices, buffers)`: the step number, its uint64 indices and, per
 /// store, one flat uint8 array (fixed records, back to back at their
 /// stride) or a `(bytes, lengths)` pair (variable-length records packed back

@@ -92,9 +92,11 @@ impl Loader {
                 }
             }
         }
-        // Four workers on two cores gathered at 0.8× the speed of two: the
-        // same copies took more CPU time on threads taking turns on a core
-        // (bench/README.md, "Workers and cores").
+        // More workers than cores is slower: with four workers on two cores,
+        // `bench/loader_micro.py A raw 4x4 2x4` gathered at about 0.8× the
+        // speed of two workers, because the same copies took more CPU time
+        // on threads taking turns on a core (bench/README.md, "Workers and
+        // cores").
         let cores = zrecord::gather_threads();
         let workers = options.num_workers.min(cores);
         // Workers that fill the cores gather alone; fewer leave cores over
@@ -187,7 +189,8 @@ impl Loader {
     /// The step of the batch (or error) that the next [`Loader::next`]
     /// returns: a step whose gather failed counts as delivered once its
     /// error has been returned. This is the consumer's position, not the
-    /// workers', which run up to `prefetch` steps ahead.
+    /// workers', which run up to `prefetch + workers` steps ahead (see
+    /// [`LoaderOptions::prefetch`]).
     pub fn next_step(&self) -> u64 {
         self.schedule.next_take()
     }

@@ -2,15 +2,19 @@
 //!
 //! Chunk files are mapped with random-access advice, so a fault on a
 //! record that is not cached reads just its page, and the thread waits for
-//! it: cold batches ran at about 100 MB/s, one 4 KiB read at a time per
-//! core. (The default read-around, 128 KiB per fault, was no cure: numpy's
-//! mapping of B, 1.6 GB, read 6 MB/s cold.) Asking the kernel for every
-//! record of the batch up front (`MADV_WILLNEED` on each record's bytes)
-//! puts all their reads in flight at once (bench/README.md, "Cold
-//! batches"). That costs a system call per record, about as much as copying
-//! a warm batch, so a store only does it for a while after a batch of its
-//! had to wait for the disk: the calling thread's count of major page
+//! it: cold gathers of the benchmark's workloads A–C ran at about 100 MB/s,
+//! one 4 KiB read at a time per core. (The default read-around, 128 KiB per
+//! fault, was no cure: numpy's mapping of workload B, 1.6 GB, read 6 MB/s
+//! cold.) Asking the kernel for every record of the batch up front
+//! (`MADV_WILLNEED` on each record's bytes) puts all their reads in flight
+//! at once (bench/README.md, "Cold batches", has the command that measures
+//! all three). That costs a system call per record, about as much as
+//! copying a warm batch, so a store only does it for a while after a batch
+//! of its had to wait for the disk: the calling thread's count of major page
 //! faults went up by [`COLD_FAULTS`] or more during it.
+//!
+//! The thread's fault count is read only on Linux (`RUSAGE_THREAD`);
+//! elsewhere no batch is judged cold, so gathers never read ahead.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

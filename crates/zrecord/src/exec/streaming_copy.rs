@@ -3,11 +3,12 @@
 //! Writing a line that is not in the cache first reads it from memory (a
 //! read for ownership), so a plain copy into a batch much bigger than the
 //! cache moves every destination byte twice. Streaming (non-temporal)
-//! stores write whole lines straight to memory. Raw image-sized batches
-//! (C: 38.5 MB) gathered at about 10 GB/s with plain copies once the
-//! consumer kept its previous batch, and at 16–17 with streaming stores
-//! (bench/README.md, "Streaming stores"). Batches that fit the cache keep
-//! plain copies, so the consumer finds them cached.
+//! stores write whole lines straight to memory. On the benchmark's workload
+//! C (raw image records, 38.5 MB batches), `bench/gather_micro.py C raw`
+//! gathered at about 10 GB/s with plain copies once the consumer kept its
+//! previous batch, and at 16–17 GB/s with streaming stores (bench/README.md,
+//! "Streaming stores"). Batches that fit the cache keep plain copies, so the
+//! consumer finds them cached.
 
 /// Batches at least this big are written with streaming stores: many times
 /// a core's L2, so their lines would leave it before the consumer reads
@@ -52,9 +53,10 @@ impl RawCopy {
 /// Copies 64-byte lines with SSE2 (part of every x86-64): unaligned loads,
 /// streaming stores to whole destination lines. Lines are taken from four
 /// pages at once, interleaved, as glibc does for its own streaming copies:
-/// four streams keep more memory requests in flight than one (one stream ran
-/// at 13 GB/s on C, two at 15, four at 17). The head before the first line
-/// boundary and the tail shorter than a line are copied plainly.
+/// four streams keep more memory requests in flight than one (on workload C,
+/// `bench/gather_micro.py C raw`: one stream 13 GB/s, two 15, four 17). The
+/// head before the first line boundary and the tail shorter than a line are
+/// copied plainly.
 #[cfg(target_arch = "x86_64")]
 fn stream_x86_64(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "a copy between slices of one length");

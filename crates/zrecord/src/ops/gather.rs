@@ -30,9 +30,9 @@ const SHARDS_PER_PARTICIPANT: usize = 2;
 
 /// The work a record adds to a batch, in copied-byte equivalents: decoding
 /// a byte costs what copying this many does. Single-thread gathers of
-/// Fashion-MNIST ran at 5.4 GB/s raw, 1.4 LZ4 and 0.23 DEFLATE
-/// (bench/gather_micro.py); zstd's weight sits where the benchmark puts its
-/// speed, between LZ4 and DEFLATE.
+/// Fashion-MNIST (workload D, `RAYON_NUM_THREADS=1 bench/gather_micro.py D
+/// <codec>`) ran at 5.4 GB/s raw, 1.4 LZ4 and 0.23 DEFLATE; zstd's weight
+/// sits where the benchmark puts its speed, between LZ4 and DEFLATE.
 fn work(loc: &RecordLoc) -> u64 {
     let weight = match Codec::from_tag(loc.codec) {
         Some(Codec::Raw) => 1,
