@@ -21,7 +21,16 @@ from ._native import MAX_RECORD_LEN, Zrecord
 from .dataset_base import WRITE_CHUNK_BYTES, DatasetBase
 from .indexing import int_key, leading_key, position, positions, slice_positions
 from .schema_file import CODECS  # noqa: F401 - loaderx.dataset.CODECS
-from .schema_file import SCHEMA, codec_arg, reading_schema, recordable_dtype, write_schema
+from .schema_file import (
+    SCHEMA,
+    codec_arg,
+    reading_schema,
+    recordable_dtype,
+    schema_codec,
+    schema_dtype,
+    schema_shape,
+    write_schema,
+)
 
 FORMAT = "loaderx-zrecord"
 FORMAT_VERSION = 1
@@ -54,17 +63,26 @@ class Dataset(DatasetBase):
 
         Raises:
             FileNotFoundError: `path` holds no schema.json.
-            ValueError: schema.json is not a loaderx dataset schema.
+            ValueError: schema.json is not a loaderx dataset schema, a
+                field of it is malformed (the message names the file and
+                the field), or its samples are not the size of the records
+                (checked against record 0; every read checks its own).
             ZrecordError: the store itself cannot be opened.
         """
         self.path = Path(path)
         with reading_schema(self.path, FORMAT, FORMAT_VERSION, "loaderx dataset") as schema:
-            self.dtype = np.dtype(schema["dtype"])
-            self.shape = tuple(int(d) for d in schema["shape"])
-            self.codec = str(schema.get("codec", "flate"))
+            self.dtype = schema_dtype(schema["dtype"])
+            self.shape = schema_shape(schema["shape"], self.dtype, MAX_RECORD_LEN)
+            self.codec = schema_codec(schema.get("codec", "flate"))
         self._itemsize = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._checksums = checksums
         self._open = (Zrecord(self.path, self.codec, create=False, checksums=checksums),)
+        if len(self):
+            try:
+                self._check_sizes(np.zeros(1, dtype=np.uint64))
+            except ValueError:
+                self.close()
+                raise
 
     # -- the store ----------------------------------------------------------
 
@@ -80,10 +98,28 @@ class Dataset(DatasetBase):
 
     # -- reading ------------------------------------------------------------
 
+    def _check_sizes(self, idxs: np.ndarray) -> None:
+        """ValueError unless records `idxs` (uint64) all hold one sample of
+        the schema's size. The store's fixed-stride gather zero-pads a
+        shorter record (0.5.0's contract), so a schema.json that describes
+        larger samples than the records would otherwise read as padded
+        values, silently. A table read per index, no record data."""
+        lens = self._zr().lengths(idxs)
+        bad = np.flatnonzero(lens != self._itemsize)
+        if bad.size:
+            k = int(bad[0])
+            raise ValueError(
+                f"{self.path}: sample {int(idxs[k])} is a record of {int(lens[k])} bytes, but "
+                f"schema.json describes samples of {self._itemsize} bytes "
+                f"({self.dtype.str} of shape {self.shape})"
+            )
+
     def _gather(self, pos: np.ndarray) -> np.ndarray:
         """The samples at int64 positions `pos` (non-negative), stacked in
         the shape of `pos`."""
-        flat = self._zr().gather_array(pos.reshape(-1).view(np.uint64), self._itemsize)
+        idxs = pos.reshape(-1).view(np.uint64)
+        self._check_sizes(idxs)
+        flat = self._zr().gather_array(idxs, self._itemsize)
         return flat.view(self.dtype).reshape(*pos.shape, *self.shape)
 
     def __getitem__(self, key: Any) -> Any:

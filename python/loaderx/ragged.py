@@ -33,7 +33,16 @@ from ._native import MAX_RECORD_LEN, Zrecord
 from .dataset_base import WRITE_CHUNK_BYTES, DatasetBase
 from .indexing import int_key, position, positions, slice_positions
 from .ragged_batch import SHAPE_DTYPE, pack, pad_batch
-from .schema_file import SCHEMA, codec_arg, reading_schema, recordable_dtype, write_schema
+from .schema_file import (
+    SCHEMA,
+    codec_arg,
+    reading_schema,
+    recordable_dtype,
+    schema_codec,
+    schema_count,
+    schema_dtype,
+    write_schema,
+)
 
 FORMAT = "loaderx-ragged"
 FORMAT_VERSION = 1
@@ -90,11 +99,9 @@ class RaggedDataset(DatasetBase):
             "loaderx ragged dataset",
             hints={"loaderx-zrecord": " (open it with loaderx.Dataset)"},
         ) as schema:
-            self.dtype = np.dtype(schema["dtype"])
-            self.ndim = int(schema["ndim"])
-            self.codec = str(schema.get("codec", "flate"))
-        if self.ndim < 1:
-            raise ValueError(f"{self.path / SCHEMA} is malformed: ndim must be at least 1")
+            self.dtype = schema_dtype(schema["dtype"])
+            self.ndim = schema_count("ndim", schema["ndim"], 1)
+            self.codec = schema_codec(schema.get("codec", "flate"))
         self._checksums = checksums
         values, shapes = _open_stores(self.path, self.codec, checksums, create=False)
         self._open = (values, shapes)

@@ -10,6 +10,7 @@ checks the format and version on reading and writes the file atomically.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -50,8 +51,60 @@ def reading_schema(
         )
     try:
         yield schema
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{schema_path} is malformed: {e!r}") from e
+    except KeyError as e:
+        raise ValueError(f"{schema_path} is malformed: it has no field {e.args[0]!r}") from e
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{schema_path} is malformed: {e}") from e
+
+
+# The field checks below run inside reading_schema(), which names the file;
+# a schema is read from disk, so nothing in it is trusted: a wrong type or
+# value is refused at open instead of failing later with an unrelated
+# message, or reading records zero-padded to a size they do not have.
+
+
+def schema_dtype(value: Any) -> np.dtype:
+    """A schema's ``dtype`` field: a NumPy dtype string (as ``dtype.str``
+    writes it) of a dtype that holds no Python objects."""
+    if not isinstance(value, str):
+        raise ValueError(f"field 'dtype' must be a dtype string such as '<f4', not {value!r}")
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        raise ValueError(f"field 'dtype' {value!r} is not a NumPy dtype") from None
+    if dtype.hasobject:
+        raise ValueError(f"field 'dtype' {value!r} holds Python objects, which no store holds")
+    return dtype
+
+
+def schema_shape(value: Any, dtype: np.dtype, max_bytes: int) -> tuple[int, ...]:
+    """A schema's ``shape`` field: a list of non-negative ints whose samples
+    of `dtype` take at most `max_bytes` (a record's limit)."""
+    if not isinstance(value, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
+    ):
+        raise ValueError(f"field 'shape' must be a list of non-negative ints, not {value!r}")
+    size = math.prod(value) * dtype.itemsize
+    if size > max_bytes:
+        raise ValueError(
+            f"field 'shape' {value} of {dtype.str} makes samples of {size} bytes, over "
+            f"the {max_bytes} byte record limit"
+        )
+    return tuple(value)
+
+
+def schema_count(name: str, value: Any, least: int) -> int:
+    """An integer field of at least `least` (a bool is not a count)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"field {name!r} must be an int of at least {least}, not {value!r}")
+    return value
+
+
+def schema_codec(value: Any) -> str:
+    """A schema's ``codec`` field: one the store knows."""
+    if not isinstance(value, str) or value not in CODECS:
+        raise ValueError(f"field 'codec' must be one of {list(CODECS)}, not {value!r}")
+    return value
 
 
 def codec_arg(codec: str) -> str:

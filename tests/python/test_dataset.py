@@ -8,7 +8,7 @@ import pytest
 
 import loaderx
 from conftest import array_of, compressible, same_bytes
-from loaderx import MAX_RECORD_LEN, Dataset, ZrecordError
+from loaderx import MAX_RECORD_LEN, Dataset, Zrecord, ZrecordError
 from loaderx import dataset as dataset_module
 
 CODECS = ["raw", "flate", "lz4", "zstd"]
@@ -317,6 +317,86 @@ def test_close_context_manager_and_repr(small, tmp_path):
         with pytest.raises(ValueError, match="closed"):
             call()
     other.close()  # idempotent
+
+
+def _tamper(path, **fields):
+    schema = json.loads((path / "schema.json").read_text())
+    schema.update(fields)
+    (path / "schema.json").write_text(json.dumps(schema))
+
+
+def test_a_schema_whose_samples_differ_from_the_records_is_refused(tmp_path):
+    """schema.json is not trusted: samples of another size than the records
+    used to read zero-padded (larger) or fail with an unrelated message."""
+    path = tmp_path / "ds"
+    Dataset.write(path, np.arange(5 * 12, dtype=np.float32).reshape(5, 3, 4),
+                  durable=False).close()
+    for fields, size in (({"shape": [4, 4]}, 64), ({"shape": [2, 4]}, 32),
+                         ({"dtype": "<U3"}, 144), ({"dtype": "<f8"}, 96), ({"shape": []}, 4)):
+        _tamper(path, dtype="<f4", shape=[3, 4])
+        _tamper(path, **fields)
+        with pytest.raises(ValueError) as e:
+            Dataset(path)
+        for word in (str(path), "sample 0", "48 bytes", f"{size} bytes"):
+            assert word in str(e.value), (fields, str(e.value))
+    # A later record of another size (a raw append behind the schema's back)
+    # is refused by the read that reaches it, never padded.
+    _tamper(path, dtype="<f4", shape=[3, 4])
+    with Zrecord(str(path), "flate") as z:
+        z.append(np.zeros(8, np.uint8), 1, 8)
+    ds = Dataset(path)
+    assert ds[4].shape == (3, 4)
+    for key in (5, [0, 5], slice(None), (5, 0)):
+        with pytest.raises(ValueError, match=r"sample 5 is a record of 8 bytes.*48 bytes"):
+            ds[key]
+    with pytest.raises(ValueError, match="sample 5"):
+        ds.__getitems__([5])
+    ds.close()
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("shape", [-1, 4], ["'shape'", "non-negative ints"]),
+    ("shape", [1.5], ["'shape'", "non-negative ints"]),
+    ("shape", [True, 3], ["'shape'", "non-negative ints"]),
+    ("shape", "34", ["'shape'", "a list"]),
+    ("shape", 12, ["'shape'", "a list"]),
+    ("shape", [10**9, 10**9], ["'shape'", "record limit"]),
+    ("dtype", "|O", ["'dtype'", "Python objects"]),
+    ("dtype", "xx", ["'dtype'", "not a NumPy dtype"]),
+    ("dtype", 5, ["'dtype'", "dtype string"]),
+    ("dtype", None, ["'dtype'", "dtype string"]),
+    ("codec", "gzip", ["'codec'", "gzip"]),
+    ("codec", 3, ["'codec'"]),
+    ("dtype", "MISSING", ["no field 'dtype'"]),
+])
+def test_a_malformed_schema_field_is_named_at_open(tmp_path, field, value, words):
+    path = tmp_path / "ds"
+    Dataset.write(path, np.zeros((3, 3, 4), np.float32), durable=False).close()
+    if value == "MISSING":
+        schema = json.loads((path / "schema.json").read_text())
+        del schema[field]
+        (path / "schema.json").write_text(json.dumps(schema))
+    else:
+        _tamper(path, **{field: value})
+    with pytest.raises(ValueError) as e:
+        Dataset(path)
+    assert str(path / "schema.json") in str(e.value)
+    for word in words:
+        assert word in str(e.value), str(e.value)
+
+
+def test_a_malformed_ragged_schema_field_is_named_at_open(tmp_path):
+    from loaderx import RaggedDataset
+
+    path = tmp_path / "rg"
+    RaggedDataset.write(path, [np.arange(3, dtype=np.int16)], durable=False).close()
+    for fields, word in (({"ndim": 0}, "'ndim'"), ({"ndim": True}, "'ndim'"),
+                         ({"ndim": "1"}, "'ndim'"), ({"dtype": "|O"}, "'dtype'")):
+        _tamper(path, ndim=1, dtype="<i2")
+        _tamper(path, **fields)
+        with pytest.raises(ValueError, match=str(path / "schema.json")) as e:
+            RaggedDataset(path)
+        assert word in str(e.value)
 
 
 def test_a_dataset_pickles_by_path(small):
