@@ -9,6 +9,7 @@ use crate::exec::streaming_copy::RawCopy;
 use crate::files::checksum_file::ChecksumFile;
 use crate::files::chunk_file::ChunkFiles;
 use crate::files::io_hook::IoHook;
+use crate::files::lock::StoreLock;
 use crate::files::meta_file::MetaFile;
 use crate::format::checksums::Checksum;
 use crate::format::limits::{CHUNK_CAPACITY, MAX_RECORD_LEN};
@@ -77,6 +78,8 @@ pub struct Store {
     pub(crate) chunk_limit: u64,
     /// Whether gathers ask for their records ahead (the page cache is cold).
     pub(crate) cold: ColdReads,
+    /// The locks this handle holds on the store; see `files/lock`.
+    pub(crate) lock: StoreLock,
     dir: PathBuf,
 }
 
@@ -105,12 +108,12 @@ impl Store {
             });
         }
         let meta = MetaFile::open(&dir, options.create, options.io_hook.clone())?;
-        crate::files::lock::share(meta.file(), meta.path())?;
+        let lock = StoreLock::share(meta.file(), meta.path(), &dir)?;
         let checksums = ChecksumFile::open(&dir, options.io_hook.clone())?;
         {
             // Finishing an interrupted delete rewrites the table: only when
             // nobody else has the store open (else they finish it).
-            if let Ok(_sole) = crate::files::lock::exclusive(meta.file(), meta.path()) {
+            if let Ok(_sole) = lock.exclusive() {
                 crate::files::delete_journal::recover(&dir, &meta, checksums.as_ref())?;
             }
         }
@@ -124,6 +127,7 @@ impl Store {
             // The tail offset is a u32, so a record may end at 2^32 - 1 at most.
             chunk_limit: options.chunk_capacity.min(u32::MAX as u64),
             cold: ColdReads::default(),
+            lock,
             dir,
         };
         if options.checksums && store.checksums.is_none() {
@@ -135,7 +139,7 @@ impl Store {
     /// Creates `checksums.zr` for a store that has none, from the records'
     /// current bytes (which are thereby trusted as they are).
     fn start_checksums(&mut self, hook: crate::files::io_hook::Hook) -> Result<()> {
-        let _sole = crate::files::lock::exclusive(self.meta.file(), self.meta.path())?;
+        let _sole = self.lock.exclusive()?;
         let mut scratch = Vec::new();
         let existing = (0..self.len())
             .map(|i| {

@@ -184,7 +184,7 @@ impl Store {
         let shards = encode_batch(batch, options.codec, self.checksums.is_some());
 
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let _appending = crate::files::lock::appending(self.meta.file(), self.meta.path())?;
+        let _appending = self.lock.appending()?;
         let header = self.meta.header();
         let first = header.length;
         if first as usize + n > MAX_RECORDS {

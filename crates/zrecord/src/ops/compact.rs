@@ -53,7 +53,7 @@ impl Store {
     /// leaving a valid store that a later call continues, so a large
     /// compaction can be spread over several maintenance windows.
     pub fn compact_some(&mut self, max_moves: u64) -> Result<CompactReport> {
-        let _sole = crate::files::lock::exclusive(self.meta.file(), self.meta.path())?;
+        let _sole = self.lock.exclusive()?;
         let before = self.stats();
         let header = self.meta.header();
         // By start, then length: an empty record shares its start with the

@@ -18,7 +18,7 @@ impl Store {
         if plan.old_length == plan.new_length {
             return Ok(());
         }
-        let _sole = crate::files::lock::exclusive(self.meta.file(), self.meta.path())?;
+        let _sole = self.lock.exclusive()?;
         delete_journal::write(self.path(), self.meta.hook(), &plan)?;
         delete_journal::apply(self.path(), &self.meta, self.checksums.as_ref(), &plan)
     }
