@@ -195,7 +195,14 @@ class DataLoader:
 
     def __next__(self) -> Any:
         """The next batch, in step order; waits for it with the GIL released,
-        waking regularly to let signal handlers (Ctrl-C) run."""
+        waking regularly to let signal handlers (Ctrl-C) run.
+
+        Raises:
+            RuntimeError: called from this loader's own `transform` (it
+                would wait for the batch it is producing).
+            OverflowError: the loader has delivered step 2**64 - 1, the
+                last one (steps are unsigned 64-bit integers).
+        """
         pool = self._pool
         if pool is None:
             raise StopIteration

@@ -27,7 +27,17 @@ _WAIT_SLICE = 0.05
 #: and delivers nothing once the loader is closed).
 _JOIN_TIMEOUT = 0.5
 
+#: The last step there is: the native loader counts steps in an unsigned
+#: 64-bit integer (and would wrap to 0 after it), so a loader that has
+#: delivered this step refuses to go on instead of repeating step 0.
+MAX_STEP = 2**64 - 1
+
 _LIVE: "weakref.WeakSet[TransformPool]" = weakref.WeakSet()
+
+#: Per thread, the pools whose work (assembly + transform) it is running: a
+#: transform that calls next() on its own loader would wait for the batch it
+#: is itself producing (forever, with one pool thread), so take() refuses.
+_WORKING = threading.local()
 
 
 @atexit.register
@@ -55,6 +65,10 @@ class TransformPool:
         self.stopped = False
         self.taking = False  # a pool thread is inside next(native)
         self.next_deliver = native.next_step  # step of the next delivery
+        # The native loader's next step, counted here as a Python int: the
+        # native counter is a u64 that wraps to 0 past MAX_STEP, and pool
+        # threads compare it with next_deliver to stay `ahead` steps ahead.
+        self.next_take = native.next_step
         self.ahead = ahead
         self.results: dict[int, tuple[bool, Any]] = {}
         _LIVE.add(self)
@@ -71,7 +85,7 @@ class TransformPool:
         how far the native workers or the pool have run ahead."""
         if self.threads or os.getpid() != self.pid:
             return self.next_deliver
-        return self.native.next_step
+        return self.next_take
 
     # The native call, and which step it consumed.
     def _native_next(self) -> tuple[int, Any, BaseException | None]:
@@ -79,16 +93,27 @@ class TransformPool:
         it raised for that step. Raises StopIteration once closed, and an
         interruption (a signal handler's exception) as is: no step is
         consumed then (the native loader keeps a batch that was ready)."""
-        step = self.native.next_step
+        before = self.native.next_step
         try:
             item = next(self.native)
         except StopIteration:
             raise
         except BaseException as e:
-            if self.native.next_step == step:
+            if self.native.next_step == before:
                 raise  # interrupted: nothing consumed
+            step, self.next_take = self.next_take, self.next_take + 1
             return step, None, e
+        step, self.next_take = self.next_take, self.next_take + 1
         return step, item, None
+
+    def _do_work(self, item: Any) -> Any:
+        """`work(item)`, marked as running on this thread for this pool."""
+        working = _WORKING.__dict__.setdefault("pools", set())
+        working.add(id(self))
+        try:
+            return self.work(item)
+        finally:
+            working.discard(id(self))
 
     def take(self) -> tuple[int, Callable[[], Any]]:
         """The next step and a thunk that returns its batch or raises its
@@ -102,13 +127,19 @@ class TransformPool:
         if os.getpid() != self.pid:
             next(self.native)  # raises the native "created in another process" error
             raise RuntimeError("this loader was created in another process")
+        if id(self) in getattr(_WORKING, "pools", ()):
+            raise RuntimeError(
+                "a DataLoader's transform called next() on that same DataLoader; it "
+                "would wait for the batch it is producing itself"
+            )
         if not self.threads:
+            if self.next_take > MAX_STEP:
+                raise _past_the_end()
             step, item, error = self._native_next()
             self.next_deliver = step + 1
             if error is not None:
                 return step, _raiser(error)
-            work = self.work
-            return step, lambda: work(item)
+            return step, lambda: self._do_work(item)
         cond = self.cond
         with cond:
             while True:
@@ -124,6 +155,8 @@ class TransformPool:
                     return step, (lambda: value) if ok else _raiser(value)
                 if self.stopped:
                     raise StopIteration
+                if step > MAX_STEP:
+                    raise _past_the_end()
                 cond.wait(_WAIT_SLICE)
 
     def _run(self) -> None:
@@ -131,7 +164,9 @@ class TransformPool:
         while True:
             with cond:
                 while not self.stopped and (
-                    self.taking or self.native.next_step - self.next_deliver >= self.ahead
+                    self.taking
+                    or self.next_take - self.next_deliver >= self.ahead
+                    or self.next_take > MAX_STEP
                 ):
                     cond.wait(_WAIT_SLICE)
                 if self.stopped:
@@ -150,7 +185,7 @@ class TransformPool:
                 cond.notify_all()
             if error is None:
                 try:
-                    result = (True, self.work(item))
+                    result = (True, self._do_work(item))
                 except BaseException as e:
                     result = (False, e)
             else:
@@ -178,6 +213,13 @@ class TransformPool:
         for t in self.threads:
             if t is not current:
                 t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _past_the_end() -> OverflowError:
+    return OverflowError(
+        f"this DataLoader has delivered its last step, {MAX_STEP}: steps are unsigned "
+        "64-bit integers, and no step comes after it"
+    )
 
 
 def _raiser(error: BaseException) -> Callable[[], Any]:

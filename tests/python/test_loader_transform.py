@@ -145,3 +145,88 @@ def test_transform_workers_is_checked(ids):
     # A pool without a transform is allowed (it assembles the batches).
     with DataLoader(ds, ls, batch_size=4, mode=0, transform_workers=2) as loader:
         assert np.array_equal(next(loader)["data"], [0, 1, 2, 3])
+
+
+def _run_with_watchdog(tmp_path, body):
+    """Runs `body` in a fresh interpreter that has `ds`, a 100-sample Dataset
+    of int64 ids; a regression that hangs fails the test by the watchdog."""
+    import subprocess
+    import sys
+    import textwrap
+
+    Dataset.write(tmp_path / "ids", np.arange(100, dtype=np.int64), durable=False).close()
+    script = (f"import numpy as np\nfrom loaderx import DataLoader, Dataset\n"
+              f"ds = Dataset({str(tmp_path / 'ids')!r})\n" + textwrap.dedent(body))
+    try:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             timeout=WATCHDOG)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hung for {WATCHDOG:.0f} s")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.split()
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_a_transform_calling_next_on_its_own_loader_raises(tmp_path, workers):
+    """It used to deadlock (with a pool thread, the transform waits for the
+    batch it is itself producing)."""
+    words = _run_with_watchdog(tmp_path, f"""
+        import threading
+        box, ready = [], threading.Event()
+
+        def transform(batch):
+            ready.wait()  # until the loader is in the box
+            try:
+                next(box[0])
+            except RuntimeError as e:
+                assert "transform called next()" in str(e), e
+                return {{"data": batch["data"], "refused": True}}
+            return {{"data": batch["data"], "refused": False}}
+
+        loader = DataLoader(ds, batch_size=4, mode=0, transform=transform,
+                            transform_workers={workers})
+        box.append(loader)
+        ready.set()
+        for step in range(3):
+            batch = next(loader)
+            assert batch["refused"] and batch["data"][0] == 4 * step, (step, batch)
+        # Another loader may be iterated from a transform.
+        other = DataLoader(ds, batch_size=2, mode=0)
+        with DataLoader(ds, batch_size=4, mode=0, transform=lambda b: next(other),
+                        transform_workers={workers}) as outer:
+            assert next(outer)["data"].tolist() == [0, 1]
+        other.close()
+        loader.close()
+        print("ok")
+    """)
+    assert words == ["ok"]
+
+
+@pytest.mark.parametrize("workers", [None, 0, 1, 3])
+def test_the_last_step_is_2_to_the_64_minus_1_and_nothing_follows_it(tmp_path, workers):
+    """A state near 2**64 used to hang with a transform pool (its step count
+    and the native u64 one, which wraps to 0, disagreed) and, without one,
+    went on from step 0 again."""
+    transform = "None" if workers is None else "lambda b: b"
+    words = _run_with_watchdog(tmp_path, f"""
+        first = DataLoader(ds, batch_size=4, mode=0)
+        state = {{**first.state_dict(), "step": 2**64 - 3}}
+        first.close()
+        loader = DataLoader(ds, batch_size=4, mode=0, state=state, transform={transform},
+                            transform_workers={0 if workers is None else workers})
+        for step in (2**64 - 3, 2**64 - 2, 2**64 - 1):
+            assert loader.step == step
+            want = (4 * step) % 100
+            assert next(loader)["data"][0] == want, step
+        for _ in range(2):
+            try:
+                next(loader)
+            except OverflowError as e:
+                assert "last step" in str(e) and str(2**64 - 1) in str(e), e
+            else:
+                raise AssertionError("a step past 2**64 - 1 was delivered")
+        assert loader.step == 2**64
+        loader.close()
+        print("ok")
+    """)
+    assert words == ["ok"]
