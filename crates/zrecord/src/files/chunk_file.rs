@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use memmap2::{Advice, Mmap, MmapOptions};
+#[cfg(unix)]
+use memmap2::Advice;
+use memmap2::{Mmap, MmapOptions};
 
 use crate::error::{io_error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
@@ -67,7 +69,9 @@ impl ChunkFile {
                 .map_err(io_error(&path))?
         };
         // Gathers read scattered records: the default read-around would pull
-        // 128 KiB from disk for every cold record. Advice only tunes paging.
+        // 128 KiB from disk for every cold record. Advice only tunes paging
+        // (and is a Unix call: Windows has no per-mapping equivalent).
+        #[cfg(unix)]
         map.advise(Advice::Random).map_err(io_error(&path))?;
         Ok(ChunkFile {
             id,
@@ -100,33 +104,41 @@ impl ChunkFile {
 
     /// Asks the kernel to start reading `offset..offset + len` into the page
     /// cache, without waiting for it. A hint only: skipped for bytes not
-    /// known to be in the file, and its failure changes nothing.
+    /// known to be in the file, and its failure changes nothing. Nothing
+    /// happens outside Unix (where `exec/cold_reads.rs` never asks anyway).
     pub fn will_need(&self, offset: u32, len: u32) {
-        if len == 0 || offset as u64 + len as u64 > self.size.load(Ordering::Relaxed) {
-            return;
+        #[cfg(unix)]
+        if len != 0 && offset as u64 + len as u64 <= self.size.load(Ordering::Relaxed) {
+            let _ = self
+                .map
+                .advise_range(Advice::WillNeed, offset as usize, len as usize);
         }
-        let _ = self
-            .map
-            .advise_range(Advice::WillNeed, offset as usize, len as usize);
+        #[cfg(not(unix))]
+        let _ = (offset, len);
     }
 
     /// Asks the CPU to start loading the first bytes of `offset..offset +
     /// len` into its cache. A hint only: it never faults, and it is skipped
-    /// for bytes not known to be in the file.
+    /// for bytes not known to be in the file. On x86-64 only; elsewhere it
+    /// does nothing.
     pub fn prefetch(&self, offset: u32, len: u32) {
         let len = len.min(PREFETCH_LIMIT);
-        if offset as u64 + len as u64 > self.size.load(Ordering::Relaxed) {
-            return;
-        }
         #[cfg(target_arch = "x86_64")]
-        for line in (0..len as usize).step_by(64) {
-            // SAFETY: the address lies inside the mapping (checked above);
-            // a prefetch reads nothing architecturally and cannot fault.
-            unsafe {
-                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(self.map.as_ptr().add(offset as usize + line).cast());
+        if offset as u64 + len as u64 <= self.size.load(Ordering::Relaxed) {
+            for line in (0..len as usize).step_by(64) {
+                // SAFETY: the address lies inside the mapping (checked
+                // above); a prefetch reads nothing architecturally and
+                // cannot fault.
+                unsafe {
+                    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        self.map.as_ptr().add(offset as usize + line).cast(),
+                    );
+                }
             }
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (offset, len);
     }
 
     fn announce(&self, event: IoEvent<'_>) -> Result<()> {
