@@ -19,19 +19,9 @@ pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Res
     #[cfg(windows)]
     {
         use std::os::windows::fs::FileExt;
-        let (mut buf, mut offset) = (buf, offset);
-        while !buf.is_empty() {
-            match file.seek_read(buf, offset) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => {
-                    buf = &mut buf[n..];
-                    offset += n as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        repeat_until(buf.len(), io::ErrorKind::UnexpectedEof, |done| {
+            file.seek_read(&mut buf[done..], offset + done as u64)
+        })
     }
 }
 
@@ -45,26 +35,37 @@ pub(crate) fn write_all_at(file: &File, bytes: &[u8], offset: u64) -> io::Result
     #[cfg(windows)]
     {
         use std::os::windows::fs::FileExt;
-        let (mut bytes, mut offset) = (bytes, offset);
-        while !bytes.is_empty() {
-            match file.seek_write(bytes, offset) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    bytes = &bytes[n..];
-                    offset += n as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        repeat_until(bytes.len(), io::ErrorKind::WriteZero, |done| {
+            file.seek_write(&bytes[done..], offset + done as u64)
+        })
     }
 }
 
+/// Calls `step(done)`, which moves bytes from position `done` on and says
+/// how many, until `len` bytes are done; a step that moves none fails with
+/// `stalled`.
+#[cfg(windows)]
+fn repeat_until(
+    len: usize,
+    stalled: io::ErrorKind,
+    mut step: impl FnMut(usize) -> io::Result<usize>,
+) -> io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        match step(done) {
+            Ok(0) => return Err(stalled.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Makes the creations, renames and deletions in `dir` durable: an `fsync`
-/// of the directory on Unix. Windows offers no such call (a directory cannot
-/// be opened as a file there, and NTFS journals its metadata), so there it
-/// does nothing.
+/// of the directory on Unix. Windows has no counterpart (`File::open` cannot
+/// even open a directory there); it does nothing, and the durability of
+/// directory entries rests on the file system's own metadata journal.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     #[cfg(unix)]
     {

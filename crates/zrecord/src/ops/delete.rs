@@ -77,18 +77,16 @@ mod tests {
     fn a_delete_interrupted_at_any_step_is_finished_on_open() {
         let targets = [9u64, 0, 3, 8, 4];
         let dir = tempfile::tempdir().unwrap();
+        let fill = |store: &Store| {
+            let raw = AppendOptions {
+                codec: Codec::Raw,
+                durable: false,
+            };
+            store.append_fixed(b"abcdefghij", 10, 1, &raw).unwrap();
+        };
         let reference = {
             let mut s = Store::open(dir.path().join("ref")).unwrap();
-            s.append_fixed(
-                b"abcdefghij",
-                10,
-                1,
-                &AppendOptions {
-                    codec: Codec::Raw,
-                    durable: false,
-                },
-            )
-            .unwrap();
+            fill(&s);
             s.delete(&targets).unwrap();
             contents(&s)
         };
@@ -102,17 +100,7 @@ mod tests {
         for applied in 0..=3 {
             let path = dir.path().join(format!("crash-{applied}"));
             let store = Store::open(&path).unwrap();
-            store
-                .append_fixed(
-                    b"abcdefghij",
-                    10,
-                    1,
-                    &AppendOptions {
-                        codec: Codec::Raw,
-                        durable: false,
-                    },
-                )
-                .unwrap();
+            fill(&store);
             let plan = store.plan_delete(&targets).unwrap();
             assert_eq!(plan.new_length, 5);
             crate::files::delete_journal::write(&path, &None, &plan).unwrap();
