@@ -1,7 +1,8 @@
 //! The files of a store directory and how they are opened, written, synced
-//! and locked: `meta.zr`, the chunk files, the `checksums.zr` sidecar and the
-//! delete journal. Every write and sync is announced to the optional I/O
-//! hook first, so crash and fault tests see them all.
+//! and locked (`lock/`, one implementation per operating system): `meta.zr`,
+//! the chunk files, the `checksums.zr` sidecar and the delete journal. Every
+//! write and sync is announced to the optional I/O hook first, so crash and
+//! fault tests see them all; `os.rs` holds the calls that differ by system.
 
 pub(crate) mod checksum_file;
 pub(crate) mod chunk_file;
