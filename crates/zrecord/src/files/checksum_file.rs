@@ -18,7 +18,8 @@ use crate::format::checksums::{
 };
 use crate::format::limits::MAX_RECORDS;
 
-/// File name of the checksum sidecar inside a store directory.
+/// File name of the checksum sidecar inside a store directory
+/// (docs/FORMAT.md, "A store is a directory").
 pub const CHECKSUM_FILE_NAME: &str = "checksums.zr";
 
 pub(crate) struct ChecksumFile {

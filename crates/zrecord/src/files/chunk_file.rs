@@ -25,7 +25,8 @@ use crate::format::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
 /// miss stalls on; past them the hardware prefetcher follows the stream.
 const PREFETCH_LIMIT: u32 = 1024;
 
-/// Ending of every chunk file's name.
+/// Ending of every chunk file's name, after the chunk number in decimal
+/// (docs/FORMAT.md, "Chunk files").
 const CHUNK_FILE_SUFFIX: &str = ".zr";
 
 /// The file name of chunk `id` inside a store directory.

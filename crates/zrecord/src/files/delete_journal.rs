@@ -21,7 +21,8 @@ use crate::format::checksums::{Checksum, CHECKSUM_SLOT_LEN};
 use crate::format::limits::MAX_RECORDS;
 use crate::format::record_table::{RecordLoc, ENTRY_LEN};
 
-/// File name of the delete journal inside a store directory.
+/// File name of the delete journal inside a store directory (docs/FORMAT.md,
+/// "A store is a directory").
 pub const JOURNAL_FILE_NAME: &str = "delete.journal";
 
 // The journal's layout (docs/FORMAT.md, "delete.journal"), each offset
@@ -30,6 +31,7 @@ pub const JOURNAL_FILE_NAME: &str = "delete.journal";
 const JOURNAL_MAGIC: [u8; 4] = *b"ZRDJ";
 /// `version`.
 const JOURNAL_VERSION: u16 = 1;
+/// `magic`, at the start.
 const MAGIC_OFFSET: usize = 0;
 /// `version`, a `u16`.
 const VERSION_OFFSET: usize = MAGIC_OFFSET + JOURNAL_MAGIC.len();

@@ -22,7 +22,8 @@ use crate::format::header::{
 use crate::format::limits::{MAX_CHUNKS, MAX_RECORDS};
 use crate::format::record_table::{entry_offset, RecordLoc, ENTRY_LEN, META_FILE_LEN};
 
-/// File name of the metadata file inside a store directory.
+/// File name of the metadata file inside a store directory (docs/FORMAT.md,
+/// "A store is a directory").
 pub const META_FILE_NAME: &str = "meta.zr";
 
 pub(crate) struct MetaFile {
