@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Run every check the project has, in the order CI runs them:
 #   setup -> cargo fmt --check -> clippy -D warnings -> cargo test (debug)
-#   -> cargo test (release) -> reference venv, jax (best effort) -> pytest tests/
+#   -> cargo test (release) -> foreign targets (cargo check for macOS, Windows,
+#   aarch64) -> wheels and sdist into dist/ -> reference venv, jax (best
+#   effort) -> pytest tests/ (tests/packaging installs the wheels and sdist)
 # Stops at the first failure and says which step failed.
 #
 #   scripts/test.sh                 # everything
@@ -37,6 +39,8 @@ step fmt cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test (debug)" cargo test --workspace
 step "cargo test (release)" cargo test --workspace --release
+step "foreign targets" bash scripts/check-targets.sh
+step wheels bash scripts/build-wheels.sh
 
 if [ "${SKIP_REF050:-0}" != 1 ]; then
     # Best effort: makes tests/compat run against loaderx 0.5.0; never fails.
