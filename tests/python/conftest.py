@@ -2,6 +2,7 @@
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -61,6 +62,26 @@ def returns_within(call, seconds=WATCHDOG):
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
+
+
+def close_under_a_waiting_consumer(loader):
+    """Closes `loader` from this thread while another thread iterates it,
+    and checks that close() returns and the consumer's loop ends."""
+    ended = threading.Event()
+
+    def consume():
+        try:
+            for _ in loader:
+                pass
+        finally:
+            ended.set()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(0.1)
+    returns_within(loader.close)
+    assert ended.wait(WATCHDOG), "the consumer did not end after close()"
+    t.join()
 
 
 def loader_threads():

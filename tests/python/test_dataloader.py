@@ -1,14 +1,13 @@
 """loaderx.DataLoader: order, transform, shutdown and bad input."""
 
 import gc
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import loaderx
-from conftest import WATCHDOG, Counter, compressible, loader_threads, returns_within, same_bytes
+from conftest import WATCHDOG, Counter, close_under_a_waiting_consumer, compressible, loader_threads, returns_within, same_bytes
 from loaderx import DataLoader, Dataset, Sampler, ZrecordError
 from loaderx._native import gather_threads
 
@@ -123,21 +122,7 @@ def test_close_from_another_thread_ends_a_waiting_consumer(small):
     # A slow transform keeps the consumer busy; a second consumer thread
     # waits on next() when close() lands.
     loader = DataLoader(ds, ls, num_workers=1, batch_size=8, prefetch_size=1)
-    ended = threading.Event()
-
-    def consume():
-        try:
-            for _ in loader:
-                pass
-        finally:
-            ended.set()
-
-    t = threading.Thread(target=consume)
-    t.start()
-    time.sleep(0.1)
-    returns_within(loader.close)
-    assert ended.wait(WATCHDOG), "the consumer did not end after close()"
-    t.join()
+    close_under_a_waiting_consumer(loader)
 
 
 def test_a_loader_dropped_without_close_stops_its_threads(small):

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import WATCHDOG, array_of, compressible, loader_threads, returns_within, same_bytes
+from conftest import WATCHDOG, array_of, close_under_a_waiting_consumer, compressible, loader_threads, returns_within, same_bytes
 from loaderx import DataLoader, Dataset, RaggedDataset, Sampler
 
 N = 300
@@ -76,21 +76,7 @@ def test_close_is_prompt_in_every_state(stores, workers):
     assert loader.closed
     # A consumer waiting in another thread.
     loader = DataLoader(ds, ls, **kwargs)
-    ended = threading.Event()
-
-    def consume():
-        try:
-            for _ in loader:
-                pass
-        finally:
-            ended.set()
-
-    t = threading.Thread(target=consume)
-    t.start()
-    time.sleep(0.1)
-    returns_within(loader.close)
-    assert ended.wait(WATCHDOG), "the consumer did not end after close()"
-    t.join()
+    close_under_a_waiting_consumer(loader)
     with pytest.raises(StopIteration):
         next(loader)
     assert wait_until_gone() == []
