@@ -235,7 +235,12 @@ class DataLoader:
         kind, length, dtype and shape or ndim) and ``fingerprint`` (a hash
         of ``streams``).
         """
-        return state_at(self._identity, self.step)
+        return self._state_at(self.step)
+
+    def _state_at(self, step: int) -> dict[str, Any]:
+        # The state of this loader at another step: loaderx.jax reports the
+        # step of the batch it will yield next, behind the loader's own.
+        return state_at(self._identity, step)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continues from `state` (a :meth:`state_dict`, possibly of another
