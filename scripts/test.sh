@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every check the project has, in the order CI runs them:
 #   setup -> cargo fmt --check -> clippy -D warnings -> cargo test (debug)
-#   -> cargo test (release) -> foreign targets (cargo check for macOS, Windows,
+#   -> cargo test (release) -> fuzz targets (corpus replay, 10 s each)
+#   -> foreign targets (cargo check for macOS, Windows,
 #   aarch64) -> wheels and sdist into dist/ -> reference venv, jax (best
 #   effort) -> pytest tests/ (tests/packaging installs the wheels and sdist)
 # Stops at the first failure and says which step failed.
@@ -39,6 +40,7 @@ step fmt cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test (debug)" cargo test --workspace
 step "cargo test (release)" cargo test --workspace --release
+step fuzz env FUZZ_SECONDS=10 bash scripts/fuzz.sh
 step "foreign targets" bash scripts/check-targets.sh
 step wheels bash scripts/build-wheels.sh
 

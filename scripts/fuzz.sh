@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the cargo-fuzz targets of the engine (fuzz/), replays their
+# committed corpus (fuzz/corpus/<target>, plus the seeds make_seeds writes
+# from real stores), then fuzzes each target for a while.
+#
+#   scripts/fuzz.sh                    # CI: replay, then 10 s per target
+#   FUZZ_SECONDS=600 scripts/fuzz.sh   # a real campaign
+#   FUZZ_SECONDS=0 scripts/fuzz.sh     # replay only
+#
+# New inputs go to fuzz/target/new-corpus/<target> (not committed; to keep
+# the interesting ones, merge them into fuzz/corpus/<target> with
+# `cargo fuzz run <target> corpus/<target> target/new-corpus/<target> -- -merge=1`).
+# A crash stops the script and leaves its input in fuzz/artifacts/<target>/.
+# cargo-fuzz comes from crates.io; RUSTC_BOOTSTRAP=1 lets the stable
+# toolchain take the sanitizer flags libFuzzer needs.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../fuzz"
+SECONDS_EACH="${FUZZ_SECONDS:-10}"
+export RUSTC_BOOTSTRAP=1
+
+command -v cargo-fuzz >/dev/null || cargo install --locked --quiet cargo-fuzz
+
+cargo fuzz build -O
+seeds=target/seeds/open_and_gather
+rm -rf "$seeds"
+cargo run --quiet --release --locked --bin make_seeds -- "$seeds"
+
+# Runs cargo fuzz quietly, printing libFuzzer's last line, or all of its
+# tail when it fails.
+run() {
+    local log=target/fuzz-run.log
+    if cargo fuzz run -O "$@" >"$log" 2>&1; then
+        tail -n 1 "$log"
+    else
+        tail -n 60 "$log" >&2
+        echo "fuzz: FAILED: cargo fuzz run $*" >&2
+        return 1
+    fi
+}
+
+for t in open_and_gather operations; do
+    extra=()
+    [ "$t" = open_and_gather ] && extra=("$seeds")
+    echo "fuzz: $t: replaying corpus/$t ${extra[*]}"
+    run "$t" "corpus/$t" "${extra[@]}" -- -runs=0
+    if [ "$SECONDS_EACH" -gt 0 ]; then
+        mkdir -p "target/new-corpus/$t"
+        echo "fuzz: $t: fuzzing for ${SECONDS_EACH}s"
+        run "$t" "target/new-corpus/$t" "corpus/$t" "${extra[@]}" -- -max_total_time="$SECONDS_EACH"
+    fi
+done
