@@ -24,12 +24,12 @@ from .schema_file import CODECS  # noqa: F401 - loaderx.dataset.CODECS
 from .schema_file import (
     SCHEMA,
     codec_arg,
+    create_schema,
     reading_schema,
     recordable_dtype,
     schema_codec,
     schema_dtype,
     schema_shape,
-    write_schema,
 )
 
 FORMAT = "loaderx-zrecord"
@@ -201,34 +201,45 @@ class Dataset(DatasetBase):
         schema_path = path / SCHEMA
         new = not schema_path.is_file()
         if not new:
-            existing = cls(path)
-            try:
-                if (existing.dtype.str, existing.shape) != (dtype.str, shape):
-                    raise ValueError(
-                        f"{path} holds {existing.dtype.str}{existing.shape} samples, "
-                        f"cannot append {dtype.str}{shape}"
-                    )
-                codec = existing.codec
-            finally:
-                existing.close()
-
+            codec = cls._codec_to_append(path, dtype, shape)
         store = Zrecord(path, codec, checksums=checksums)
         try:
             if new:
-                if len(store) != 0:
-                    raise ValueError(
-                        f"{path} holds a Zrecord store of {len(store)} records but no "
-                        f"{SCHEMA}; refusing to turn it into a dataset"
-                    )
                 layout = {"shape": list(shape)}
-                write_schema(path, FORMAT, FORMAT_VERSION, dtype, layout, codec, durable)
+                created = len(store) == 0 and create_schema(
+                    path, FORMAT, FORMAT_VERSION, dtype, layout, codec, durable
+                )
+                if not created:
+                    if not schema_path.is_file():
+                        raise ValueError(
+                            f"{path} holds a Zrecord store of {len(store)} records but no "
+                            f"{SCHEMA}; refusing to turn it into a dataset"
+                        )
+                    # Another writer created the dataset meanwhile: append
+                    # to it, if its samples are of this kind.
+                    codec = cls._codec_to_append(path, dtype, shape)
             step = max(1, chunk_bytes // max(itemsize, 1))
             for start in range(0, len(array), step):
                 block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
-                store.append(block, len(block), itemsize, durable=durable)
+                store.append(block, len(block), itemsize, codec, durable=durable)
         finally:
             store.close()
         return cls(path, checksums=checksums)
+
+    @classmethod
+    def _codec_to_append(cls, path: Path, dtype: np.dtype, shape: tuple) -> str:
+        """The codec of the dataset at `path`, once its samples are known to
+        be of `dtype` and `shape` (else ValueError)."""
+        existing = cls(path)
+        try:
+            if (existing.dtype.str, existing.shape) != (dtype.str, shape):
+                raise ValueError(
+                    f"{path} holds {existing.dtype.str}{existing.shape} samples, "
+                    f"cannot append {dtype.str}{shape}"
+                )
+            return existing.codec
+        finally:
+            existing.close()
 
     # -- maintenance --------------------------------------------------------
 

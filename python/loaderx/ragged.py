@@ -36,12 +36,12 @@ from .ragged_batch import SHAPE_DTYPE, pack, pad_batch
 from .schema_file import (
     SCHEMA,
     codec_arg,
+    create_schema,
     reading_schema,
     recordable_dtype,
     schema_codec,
     schema_count,
     schema_dtype,
-    write_schema,
 )
 
 FORMAT = "loaderx-ragged"
@@ -249,7 +249,14 @@ class RaggedDataset(DatasetBase):
                         f"{path} holds Zrecord stores but no {SCHEMA}; refusing to turn them "
                         "into a ragged dataset"
                     )
-                write_schema(path, FORMAT, FORMAT_VERSION, want, {"ndim": ndim}, codec, durable)
+                layout = {"ndim": ndim}
+                if not create_schema(path, FORMAT, FORMAT_VERSION, want, layout, codec, durable):
+                    # A ragged write appends to two stores, which concurrent
+                    # writers would interleave: refuse rather than misalign.
+                    raise ValueError(
+                        f"another writer created a dataset at {path} at the same time; "
+                        "ragged datasets take one writer at a time"
+                    )
             elif len(values) > len(shapes):
                 # An interrupted write: values without shapes. They are the
                 # tail of the store, so deleting them moves nothing.

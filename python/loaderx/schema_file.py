@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -124,7 +125,7 @@ def recordable_dtype(dtype: np.dtype) -> np.dtype:
     return dtype
 
 
-def write_schema(
+def create_schema(
     directory: Path,
     fmt: str,
     version: int,
@@ -132,32 +133,40 @@ def write_schema(
     layout: Mapping[str, Any],
     codec: str,
     durable: bool,
-) -> None:
-    """Writes `directory`'s schema.json (atomically; with `durable`, to
-    stable storage): format, version, dtype, the `layout` fields (the sample
-    shape, or the number of dimensions) and codec, in that order, indented
-    as loaderx 0.5.0 writes it."""
+) -> bool:
+    """Creates `directory`'s schema.json, unless one is there already:
+    format, version, dtype, the `layout` fields (the sample shape, or the
+    number of dimensions) and codec, in that order, indented as loaderx
+    0.5.0 writes it. Returns False, writing nothing, when the file exists,
+    which is how the loser of two writers creating one dataset learns that
+    it must append to the winner's (whose schema it must then match)
+    instead of replacing its schema. With `durable`, the file reaches
+    stable storage."""
     schema = {"format": fmt, "version": version, "dtype": dtype.str, **layout, "codec": codec}
-    _write_atomically(directory / SCHEMA, json.dumps(schema, indent=2) + "\n", durable)
+    return _create_whole(directory / SCHEMA, json.dumps(schema, indent=2) + "\n", durable)
 
 
-def _write_atomically(path: Path, text: str, durable: bool) -> None:
-    """Writes `text` to `path` through a temporary file and a rename, so a
-    reader sees either no file or the whole of it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def _create_whole(path: Path, text: str, durable: bool) -> bool:
+    """Writes `text` to a temporary file, then links it to `path`: a reader
+    sees no file or the whole of it, and an existing file is never replaced
+    (a link fails where a rename would replace). False when `path` exists."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
         tmp.unlink(missing_ok=True)
-        raise
     if durable and hasattr(os, "O_DIRECTORY"):
         fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+    return True

@@ -189,3 +189,65 @@ def test_a_reader_process_blocks_delete_and_reads_on_unharmed(tmp_path):
     with Dataset(path) as ds:
         ds.delete([0, 5])
         assert len(ds) == 1998
+
+
+def _create_and_write(path, writer, dtype, go, outcome):
+    """Writes 10 samples that name their writer, at the same moment as the
+    other processes; outcome: 1 written, 2 refused as another kind."""
+    rows = np.full((10, 4), writer, dtype=dtype)
+    rows[:, 1] = np.arange(10)
+    go.wait()
+    while True:
+        try:
+            Dataset.write(path, rows, codec="raw").close()
+            outcome.value = 1
+            return
+        except ValueError as e:
+            assert "cannot append" in str(e), e
+            outcome.value = 2
+            return
+        except ZrecordError as e:
+            if e.code != -10:  # another handle appending: its turn first
+                raise
+
+
+@pytest.mark.parametrize("round_", range(4))
+def test_processes_creating_one_dataset_at_once_never_mix_dtypes(tmp_path, round_):
+    import multiprocessing as mp
+
+    path = str(tmp_path / "d.zr")
+    ctx = mp.get_context("spawn")
+    kinds = {1: "<f4", 2: "<i4", 3: "<f4", 4: "<i4"}
+    go = ctx.Barrier(len(kinds))
+    outcomes = {w: ctx.Value("i", 0) for w in kinds}
+    procs = [
+        ctx.Process(target=_create_and_write, args=(path, w, kinds[w], go, outcomes[w]))
+        for w in kinds
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    written = [w for w in kinds if outcomes[w].value == 1]
+    refused = [w for w in kinds if outcomes[w].value == 2]
+    assert sorted(written + refused) == sorted(kinds)
+    with Dataset(path) as ds:
+        # One kind won; every writer of that kind wrote, each once; the
+        # others were refused rather than stored under the winner's dtype.
+        assert {kinds[w] for w in written} == {ds.dtype.str}
+        assert all(kinds[w] != ds.dtype.str for w in refused)
+        got = sorted(tuple(int(v) for v in row[:2]) for row in ds[:])
+    assert got == sorted((w, i) for w in written for i in range(10))
+    assert not [f for f in os.listdir(path) if f.endswith(".tmp")]
+
+
+def test_a_schema_is_created_once_and_never_replaced(tmp_path):
+    from loaderx.schema_file import SCHEMA, create_schema
+
+    first = create_schema(tmp_path, "loaderx-zrecord", 1, np.dtype("<f4"), {"shape": [2]}, "raw", True)
+    text = (tmp_path / SCHEMA).read_text()
+    second = create_schema(tmp_path, "loaderx-zrecord", 1, np.dtype("<i4"), {"shape": [2]}, "raw", True)
+    assert (first, second) == (True, False)
+    assert (tmp_path / SCHEMA).read_text() == text and '"<f4"' in text
+    assert sorted(os.listdir(tmp_path)) == [SCHEMA]

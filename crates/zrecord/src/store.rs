@@ -110,9 +110,11 @@ impl Store {
         let meta = MetaFile::open(&dir, options.create, options.io_hook.clone())?;
         let lock = StoreLock::share(meta.file(), meta.path(), &dir)?;
         let checksums = ChecksumFile::open(&dir, options.io_hook.clone())?;
-        {
-            // Finishing an interrupted delete rewrites the table: only when
-            // nobody else has the store open (else they finish it).
+        // Finishing an interrupted delete rewrites the table: only when
+        // nobody else has the store open (else they finish it). The
+        // exclusive lock is tried only when there is a journal: held even
+        // briefly, it makes other handles' opens fail as busy.
+        if crate::files::delete_journal::journal_path(&dir).exists() {
             if let Ok(_sole) = lock.exclusive() {
                 crate::files::delete_journal::recover(&dir, &meta, checksums.as_ref())?;
             }

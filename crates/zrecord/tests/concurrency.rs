@@ -4,10 +4,10 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 
 use common::{opts, Rng};
-use zrecord::{Codec, Store};
+use zrecord::{Codec, Error, Store};
 
 /// Record `seq` of writer `w`: an 8-byte header then bytes derived from it.
 fn record(w: u8, seq: u32) -> Vec<u8> {
@@ -210,5 +210,54 @@ fn a_split_batch_reports_its_first_bad_record() {
     match store.gather(&idxs, &mut dst, 20_000) {
         Err(zrecord::Error::CorruptRecord { index, .. }) => assert_eq!(index, 180),
         other => panic!("expected a CorruptRecord error, got {other:?}"),
+    }
+}
+
+#[test]
+fn handles_racing_to_create_one_store_all_append_to_the_same_one() {
+    const HANDLES: u8 = 6;
+    const EACH: u32 = 5;
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.zr");
+        let start = Arc::new(Barrier::new(HANDLES as usize));
+        let creators: Vec<_> = (0..HANDLES)
+            .map(|w| {
+                let (path, start) = (path.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    let store = Store::open(&path).unwrap();
+                    let recs: Vec<Vec<u8>> = (0..EACH).map(|k| record(w, k)).collect();
+                    let refs: Vec<&[u8]> = recs.iter().map(|r| &r[..]).collect();
+                    // Appends of other handles may be in progress.
+                    while let Err(e) = store.append(&refs, &opts(Codec::Raw)) {
+                        assert!(matches!(e, Error::Busy { .. }), "{e}");
+                        std::thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        for c in creators {
+            c.join().unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let mut seen: Vec<(u8, u32)> = common::read_all(&store)
+            .iter()
+            .map(|r| {
+                check(r);
+                (r[0], u32::from_le_bytes(r[4..8].try_into().unwrap()))
+            })
+            .collect();
+        seen.sort();
+        let all: Vec<(u8, u32)> = (0..HANDLES)
+            .flat_map(|w| (0..EACH).map(move |k| (w, k)))
+            .collect();
+        assert_eq!(seen, all, "every handle's records, each once");
+        let leftovers: Vec<_> = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
     }
 }

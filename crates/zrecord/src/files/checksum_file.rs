@@ -3,7 +3,7 @@
 //! docs/FORMAT.md, "Checksums"). loaderx 0.5.0 ignores the file, so format
 //! v1 stays readable there.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -11,7 +11,7 @@ use memmap2::MmapRaw;
 
 use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
-use crate::files::os::{read_exact_at, sync_dir};
+use crate::files::os::{create_once, read_exact_at};
 use crate::format::checksums::{
     checksum_header, checksum_header_is_valid, checksum_slot_offset, Checksum, CHECKSUM_FILE_LEN,
     CHECKSUM_HEADER_LEN, CHECKSUM_SLOT_LEN,
@@ -64,19 +64,15 @@ impl ChecksumFile {
     }
 
     /// Creates the sidecar atomically with the given slots for the records
-    /// already in the store.
+    /// already in the store; when another handle created it first, opens
+    /// that one, which holds the same slots and any written since.
     pub fn create(dir: &Path, hook: Hook, existing: &[Checksum]) -> Result<ChecksumFile> {
-        let tmp = dir.join("checksums.zr.tmp");
-        let mut file = File::create(&tmp).map_err(io_error(&tmp))?;
-        file.set_len(CHECKSUM_FILE_LEN as u64)
-            .map_err(io_error(&tmp))?;
-        file.write_all(&checksum_header()).map_err(io_error(&tmp))?;
-        let slots: Vec<u8> = existing.iter().flat_map(|c| c.to_bytes()).collect();
-        file.write_all(&slots).map_err(io_error(&tmp))?;
-        file.sync_all().map_err(io_error(&tmp))?;
-        let path = dir.join(CHECKSUM_FILE_NAME);
-        fs::rename(&tmp, &path).map_err(io_error(&path))?;
-        sync_dir(dir)?;
+        create_once(dir, CHECKSUM_FILE_NAME, |file| {
+            file.set_len(CHECKSUM_FILE_LEN as u64)?;
+            file.write_all(&checksum_header())?;
+            let slots: Vec<u8> = existing.iter().flat_map(|c| c.to_bytes()).collect();
+            file.write_all(&slots)
+        })?;
         Ok(ChecksumFile::open(dir, hook)?.expect("just created"))
     }
 

@@ -128,7 +128,7 @@ impl DeletePlan {
     }
 }
 
-fn journal_path(dir: &Path) -> PathBuf {
+pub(crate) fn journal_path(dir: &Path) -> PathBuf {
     dir.join(JOURNAL_FILE_NAME)
 }
 

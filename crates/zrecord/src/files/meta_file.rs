@@ -15,7 +15,7 @@ use memmap2::MmapRaw;
 
 use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
-use crate::files::os::sync_dir;
+use crate::files::os::create_once;
 use crate::format::header::{
     Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET, TAIL_OFFSET_OFFSET,
 };
@@ -39,7 +39,7 @@ impl MetaFile {
     pub fn open(dir: &Path, create: bool, hook: Hook) -> Result<MetaFile> {
         let path = dir.join(META_FILE_NAME);
         if create && !path.exists() {
-            create_meta_file(dir, &path)?;
+            create_meta_file(dir)?;
         }
         let file = OpenOptions::new()
             .read(true)
@@ -231,17 +231,15 @@ impl MetaFile {
     }
 }
 
-/// Creates `meta.zr` atomically: a temporary file gets the full sparse size and
-/// the header, is synced, and is renamed into place, so a crash leaves either
-/// no meta.zr or a valid empty one.
-fn create_meta_file(dir: &Path, path: &Path) -> Result<()> {
+/// Creates `meta.zr` atomically (its full sparse size and the header, synced
+/// before it appears), so a crash leaves either no meta.zr or a valid empty
+/// one; of creators racing on one directory, the first wins and the others
+/// open its file.
+fn create_meta_file(dir: &Path) -> Result<()> {
     fs::create_dir_all(dir).map_err(io_error(dir))?;
-    let tmp = dir.join("meta.zr.tmp");
-    let mut file = File::create(&tmp).map_err(io_error(&tmp))?;
-    file.set_len(META_FILE_LEN as u64).map_err(io_error(&tmp))?;
-    file.write_all(&Header::empty().to_bytes())
-        .map_err(io_error(&tmp))?;
-    file.sync_all().map_err(io_error(&tmp))?;
-    fs::rename(&tmp, path).map_err(io_error(path))?;
-    sync_dir(dir)
+    create_once(dir, META_FILE_NAME, |file| {
+        file.set_len(META_FILE_LEN as u64)?;
+        file.write_all(&Header::empty().to_bytes())
+    })
+    .map(drop)
 }

@@ -1,13 +1,13 @@
 //! File operations that the operating systems offer differently: positioned
-//! reads and writes, and making a directory's entries durable.
+//! reads and writes, and making a directory's entries durable; and creating
+//! a file whole, once, however many handles race to create it.
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-#[cfg(unix)]
-use crate::error::io_error;
-use crate::error::Result;
+use crate::error::{io_error, Result};
 
 /// Reads exactly `buf.len()` bytes at `offset`, without using (on Unix) or
 /// regardless of (on Windows) the file's cursor.
@@ -78,4 +78,37 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
         let _ = dir;
         Ok(())
     }
+}
+
+/// Creates `dir/name` whole or not at all: `fill` writes a temporary file of
+/// this call's own, which is synced and then linked to `name`. A link never
+/// replaces an existing file, so when handles (of this process or others)
+/// race to create the same file, the first one's stays and every other
+/// caller gets `Ok(false)` and opens that one. A rename would replace it,
+/// and whatever its creator had written into it since would be lost.
+pub(crate) fn create_once(
+    dir: &Path,
+    name: &str,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> Result<bool> {
+    static TEMPORARY: AtomicU64 = AtomicU64::new(0);
+    let unique = TEMPORARY.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!("{name}.{}.{unique}.tmp", std::process::id()));
+    let path = dir.join(name);
+    let linked = File::create(&tmp)
+        .and_then(|mut file| {
+            fill(&mut file)?;
+            file.sync_all()
+        })
+        .map_err(io_error(&tmp))
+        .and_then(|()| match fs::hard_link(&tmp, &path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(io_error(&path)(e)),
+        });
+    // The temporary name is this call's alone; whatever happened, it goes.
+    let _ = fs::remove_file(&tmp);
+    let created = linked?;
+    sync_dir(dir)?;
+    Ok(created)
 }
