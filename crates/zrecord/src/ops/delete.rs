@@ -13,12 +13,18 @@ impl Store {
     /// Only the table changes; the bytes stay until [`Store::compact`].
     /// Nothing changes when any index is out of range. The delete is atomic:
     /// after a crash the store holds either all the targets or none of them.
+    ///
+    /// The store is locked before its length is read: a plan made earlier
+    /// would miss what another handle appended in between, and cut it off.
     pub fn delete(&mut self, idxs: &[u64]) -> Result<()> {
+        if idxs.is_empty() {
+            return Ok(());
+        }
+        let _sole = self.lock.exclusive()?;
         let plan = self.plan_delete(idxs)?;
         if plan.old_length == plan.new_length {
             return Ok(());
         }
-        let _sole = self.lock.exclusive()?;
         delete_journal::write(self.path(), self.meta.hook(), &plan)?;
         delete_journal::apply(self.path(), &self.meta, self.checksums.as_ref(), &plan)
     }
@@ -71,6 +77,36 @@ mod tests {
         let mut dst = vec![0; idxs.len()];
         store.gather(&idxs, &mut dst, 1).unwrap();
         dst
+    }
+
+    /// The delete holds the store alone before it reads anything of it, so
+    /// no other handle can append between its plan and its lock: with
+    /// another handle open it is refused as busy, whatever its indices,
+    /// rather than judged against a length that may be stale by the time
+    /// it runs.
+    #[test]
+    fn a_delete_locks_the_store_before_it_reads_the_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let raw = AppendOptions {
+            codec: Codec::Raw,
+            durable: false,
+        };
+        store.append_fixed(b"abc", 3, 1, &raw).unwrap();
+        let other = Store::open(dir.path()).unwrap();
+        for idxs in [&[0u64][..], &[7], &[0, 1, 2]] {
+            match store.delete(idxs) {
+                Err(crate::Error::Busy { .. }) => {}
+                other => panic!("delete({idxs:?}) with another handle open: {other:?}"),
+            }
+        }
+        drop(other);
+        assert!(matches!(
+            store.delete(&[7]),
+            Err(crate::Error::IndexOutOfRange { .. })
+        ));
+        store.delete(&[0]).unwrap();
+        assert_eq!(contents(&store), b"cb");
     }
 
     #[test]
