@@ -169,16 +169,16 @@ impl Store {
         self.len() == 0
     }
 
-    /// Table entries of `idxs`, checked against `len`, for a read.
-    pub(crate) fn locate<'a>(
-        &'a self,
-        idxs: &'a [u64],
-        len: u32,
-    ) -> Result<impl Iterator<Item = RecordLoc> + 'a> {
+    /// Copies of the table entries of `idxs`, checked against `len`, for a
+    /// read. A read checks and then uses these copies only, never the table
+    /// again: a process that takes no lock (loaderx 0.5.0) may rewrite the
+    /// table meanwhile, and an entry read twice could then pass the checks
+    /// with one length and be decoded with another.
+    pub(crate) fn locate(&self, idxs: &[u64], len: u32) -> Result<Vec<RecordLoc>> {
         if let Some(&bad) = idxs.iter().find(|&&i| i >= len as u64) {
             return Err(self.out_of_range(bad, len));
         }
-        Ok(idxs.iter().map(|&i| self.meta.entry(i as usize)))
+        Ok(idxs.iter().map(|&i| self.meta.entry(i as usize)).collect())
     }
 
     pub(crate) fn out_of_range(&self, index: u64, len: u32) -> Error {
@@ -201,6 +201,7 @@ impl Store {
         let len = self.meta.length();
         Ok(self
             .locate(idxs, len)?
+            .iter()
             .map(|loc| loc.logic_length)
             .collect())
     }

@@ -109,8 +109,10 @@ impl Store {
     /// Bytes of a slot past its record's length are set to zero.
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
         let len = self.meta.length();
+        // Checked, then decoded from: the table is not read again (`locate`).
+        let locs = self.locate(idxs, len)?;
         let mut total = 0u64;
-        for (k, loc) in self.locate(idxs, len)?.enumerate() {
+        for (k, loc) in locs.iter().enumerate() {
             let logic = loc.logic_length as u64;
             let end = (k as u64)
                 .checked_mul(stride as u64)
@@ -121,7 +123,7 @@ impl Store {
             if end.is_none_or(|end| end > dst.len() as u64) {
                 return Err(self.too_small(idxs[k], end.unwrap_or(u64::MAX), dst.len() as u64));
             }
-            total += work(&loc);
+            total += work(loc);
         }
         let shared = SharedDst {
             ptr: dst.as_mut_ptr(),
@@ -130,16 +132,15 @@ impl Store {
         let raw_copy = RawCopy::for_batch(dst_len);
         // Shard `k` writes the slots of its records, the last one up to the
         // end of `dst`.
-        let block = |idxs: &[u64], first: usize| -> Result<()> {
+        let block = |idxs: &[u64], locs: &[RecordLoc], first: usize| -> Result<()> {
             let base = first * stride;
             let end = ((first + idxs.len()) * stride).min(dst_len);
             // SAFETY: shards cover disjoint runs of records, so disjoint
             // byte ranges of `dst`, all inside it (checked above); `dst` is
             // borrowed mutably for the whole call.
             let dst = unsafe { shared.slot(base, end - base) };
-            for (k, &index) in idxs.iter().enumerate() {
-                self.prefetch_ahead(idxs, k);
-                let loc = self.meta.entry(index as usize);
+            for (k, (&index, &loc)) in idxs.iter().zip(locs).enumerate() {
+                self.prefetch_ahead(locs, k);
                 let start = k * stride;
                 let end = start + loc.logic_length as usize;
                 self.decode_into(index, loc, &mut dst[start..end], raw_copy)?;
@@ -152,8 +153,8 @@ impl Store {
             }
             Ok(())
         };
-        self.run_batch(idxs, total, &|range| {
-            block(&idxs[range.clone()], range.start)
+        self.run_batch(&locs, total, &|range| {
+            block(&idxs[range.clone()], &locs[range.clone()], range.start)
         })
     }
 
@@ -169,10 +170,13 @@ impl Store {
             )));
         }
         let len = self.meta.length();
+        // Checked, then decoded from: the table is not read again (`locate`),
+        // so the lengths that were proven to fit are the lengths written.
+        let locs = self.locate(idxs, len)?;
         let mut total = 0u64;
         let mut ordered = true;
         let mut prev_end = 0u64;
-        for (k, loc) in self.locate(idxs, len)?.enumerate() {
+        for (k, loc) in locs.iter().enumerate() {
             let logic = loc.logic_length as u64;
             let end = offsets[k].checked_add(logic);
             if end.is_none_or(|end| end > dst.len() as u64) {
@@ -182,62 +186,59 @@ impl Store {
                 ordered &= offsets[k] >= prev_end;
                 prev_end = offsets[k] + logic;
             }
-            total += work(&loc);
+            total += work(loc);
         }
         if !ordered {
-            self.check_disjoint(idxs, offsets)?;
+            self.check_disjoint(idxs, &locs, offsets)?;
         }
         let raw_copy = RawCopy::for_batch(dst.len());
         let shared = SharedDst {
             ptr: dst.as_mut_ptr(),
         };
-        let block = |idxs: &[u64], offsets: &[u64]| -> Result<()> {
-            for (k, (&index, &offset)) in idxs.iter().zip(offsets).enumerate() {
-                self.prefetch_ahead(idxs, k);
-                let loc = self.meta.entry(index as usize);
+        let block = |idxs: &[u64], locs: &[RecordLoc], offsets: &[u64]| -> Result<()> {
+            for (k, ((&index, &loc), &offset)) in idxs.iter().zip(locs).zip(offsets).enumerate() {
+                self.prefetch_ahead(locs, k);
                 // SAFETY: the range lies inside `dst` and overlaps no other
-                // record's range (both checked above), and `dst` is borrowed
-                // mutably for the whole call.
+                // record's range (both checked above for this very `loc`),
+                // and `dst` is borrowed mutably for the whole call.
                 let slot = unsafe { shared.slot(offset as usize, loc.logic_length as usize) };
                 self.decode_into(index, loc, slot, raw_copy)?;
             }
             Ok(())
         };
-        self.run_batch(idxs, total, &|range| {
-            block(&idxs[range.clone()], &offsets[range])
+        self.run_batch(&locs, total, &|range| {
+            block(&idxs[range.clone()], &locs[range.clone()], &offsets[range])
         })
     }
 
     /// Runs the shards of a batch of `work` (see [`sharded`]), asking for
-    /// its records ahead first while the store is cold, and now and then
-    /// judging whether it still is.
+    /// its records (`locs`) ahead first while the store is cold, and now and
+    /// then judging whether it still is.
     fn run_batch(
         &self,
-        idxs: &[u64],
+        locs: &[RecordLoc],
         work: u64,
         block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
     ) -> Result<()> {
         let check = self.cold.before(work);
         if check.read_ahead {
-            for &index in idxs {
-                let loc = self.meta.entry(index as usize);
+            for loc in locs {
                 if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
                     chunk.will_need(loc.offset, loc.phys_length);
                 }
             }
         }
-        let result = sharded(idxs.len(), work, block);
+        let result = sharded(locs.len(), work, block);
         self.cold.after(check);
         result
     }
 
     /// Prefetches the stored bytes of the record `PREFETCH_DISTANCE` places
-    /// after position `k` of a block, so that its cache misses overlap the
-    /// decoding of the records before it instead of stalling it. (Measured
-    /// on Fashion-MNIST with LZ4: bench/README.md, "Prefetching".)
-    fn prefetch_ahead(&self, idxs: &[u64], k: usize) {
-        if let Some(&ahead) = idxs.get(k + PREFETCH_DISTANCE) {
-            let loc = self.meta.entry(ahead as usize);
+    /// after position `k` of a block's `locs`, so that its cache misses
+    /// overlap the decoding of the records before it instead of stalling it.
+    /// (Measured on Fashion-MNIST with LZ4: bench/README.md, "Prefetching".)
+    fn prefetch_ahead(&self, locs: &[RecordLoc], k: usize) {
+        if let Some(loc) = locs.get(k + PREFETCH_DISTANCE) {
             if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
                 chunk.prefetch(loc.offset, loc.phys_length);
             }
@@ -245,17 +246,12 @@ impl Store {
     }
 
     /// Fails when two non-empty destination ranges overlap.
-    fn check_disjoint(&self, idxs: &[u64], offsets: &[u64]) -> Result<()> {
+    fn check_disjoint(&self, idxs: &[u64], locs: &[RecordLoc], offsets: &[u64]) -> Result<()> {
         let mut ranges: Vec<(u64, u64, u64)> = idxs
             .iter()
+            .zip(locs)
             .zip(offsets)
-            .map(|(&i, &off)| {
-                (
-                    off,
-                    off + self.meta.entry(i as usize).logic_length as u64,
-                    i,
-                )
-            })
+            .map(|((&i, loc), &off)| (off, off + loc.logic_length as u64, i))
             .filter(|&(start, end, _)| end > start)
             .collect();
         ranges.sort_unstable();
