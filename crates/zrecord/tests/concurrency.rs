@@ -305,7 +305,7 @@ fn a_gather_decodes_from_the_entries_it_checked() {
         })
     };
     let started = std::time::Instant::now();
-    let mut buf = vec![0xAAu8; 128];
+    let mut buf = [0xAAu8; 128];
     let mut iterations = 0u32;
     while iterations < 200_000 && started.elapsed() < std::time::Duration::from_secs(3) {
         iterations += 1;
