@@ -355,3 +355,58 @@ def test_concurrent_gathers_from_eight_threads_are_bit_exact(tmp_path):
             t.join()
         assert not errors, errors
 
+
+
+BUSY_RACE = r"""
+import sys, threading
+import numpy as np
+from loaderx import Zrecord, ZrecordError
+
+sys.setswitchinterval(1e-6)  # switch threads as often as possible
+z = Zrecord(sys.argv[1], codec="raw")
+z.append(np.zeros(4000, np.uint8), 1000, 4)
+busy = [0, 0]
+other = []
+
+def gathers():
+    dst = np.empty(4000, np.uint8)
+    for _ in range(3000):
+        try:
+            z.gather(np.arange(min(len(z), 1000)), dst, 4)
+        except ZrecordError as e:
+            (busy.__setitem__(0, busy[0] + 1) if e.code == -10 else other.append(e))
+
+def deletes():
+    for _ in range(3000):
+        for call in (lambda: z.append(b"abcd", 1, 4), lambda: z.delete([len(z) - 1])):
+            try:
+                call()
+            except ZrecordError as e:
+                (busy.__setitem__(1, busy[1] + 1) if e.code == -10 else other.append(e))
+
+threads = [threading.Thread(target=f) for f in (gathers, deletes)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert not other, other
+print("done", busy)
+"""
+
+
+def test_busy_errors_between_threads_of_one_handle_never_deadlock(tmp_path):
+    """One thread gathers while another appends and deletes through the same
+    handle: each gets busy errors when the other holds the store, and the
+    process never freezes (the busy error used to be built while the
+    handle's slot was locked; building it can let another thread run, which
+    then waited for the slot holding the GIL). Run in a child process, so a
+    deadlock is a timeout, not a frozen suite."""
+    import subprocess
+    import sys
+    try:
+        run = subprocess.run([sys.executable, "-c", BUSY_RACE, str(tmp_path / "s")],
+                             capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("gather and delete on one handle from two threads deadlocked")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("done"), run.stdout

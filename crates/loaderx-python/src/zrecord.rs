@@ -27,6 +27,13 @@ enum Slot {
     Closed,
 }
 
+/// Why the slot gave no store.
+#[derive(Clone, Copy)]
+enum Unavailable {
+    Busy,
+    Closed,
+}
+
 /// A persistent store of byte records (the Zrecord engine).
 ///
 /// Opens the store in the directory `path`, creating it when missing (unless
@@ -59,11 +66,26 @@ impl Zrecord {
 
     /// A shared handle on the open store, for a call that runs without the
     /// GIL or for a loader.
+    ///
+    /// No Python object is made while the slot is locked, here or anywhere:
+    /// making one may release the GIL, and the thread that then gets it may
+    /// be waiting for the slot with the GIL held (a delete putting the store
+    /// back), a deadlock. So the slot's state is read under the lock and the
+    /// error built after the guard is dropped.
     pub(crate) fn shared(&self) -> PyResult<Arc<Store>> {
-        match &*self.lock() {
-            Slot::Open(store) => Ok(store.clone()),
-            Slot::Busy => Err(error::busy(&self.path, "this call")),
-            Slot::Closed => Err(error::closed(&self.path)),
+        let state = match &*self.lock() {
+            Slot::Open(store) => return Ok(store.clone()),
+            Slot::Busy => Unavailable::Busy,
+            Slot::Closed => Unavailable::Closed,
+        };
+        Err(self.unavailable(state, "this call"))
+    }
+
+    /// The error for a store that is not there to use.
+    fn unavailable(&self, state: Unavailable, what: &str) -> PyErr {
+        match state {
+            Unavailable::Busy => error::busy(&self.path, what),
+            Unavailable::Closed => error::closed(&self.path),
         }
     }
 
@@ -74,20 +96,22 @@ impl Zrecord {
         what: &str,
         f: impl FnOnce(&mut Store) -> zrecord::Result<R> + Send,
     ) -> PyResult<R> {
-        let store = {
+        let taken = {
             let mut slot = self.lock();
             match std::mem::replace(&mut *slot, Slot::Busy) {
-                Slot::Open(store) if Arc::strong_count(&store) == 1 => store,
+                Slot::Open(store) if Arc::strong_count(&store) == 1 => Ok(store),
                 other => {
-                    let err = match &other {
-                        Slot::Closed => error::closed(&self.path),
-                        _ => error::busy(&self.path, what),
+                    let state = match &other {
+                        Slot::Closed => Unavailable::Closed,
+                        _ => Unavailable::Busy,
                     };
                     *slot = other;
-                    return Err(err);
+                    Err(state)
                 }
             }
         };
+        // The error is built with the slot unlocked (see `shared`).
+        let store = taken.map_err(|state| self.unavailable(state, what))?;
         // Put the store back however `f` ends, panics included.
         struct Restore<'a>(&'a Zrecord, Option<Arc<Store>>);
         impl Drop for Restore<'_> {
@@ -353,7 +377,9 @@ impl Zrecord {
     fn close(&self) -> PyResult<()> {
         let mut slot = self.lock();
         if matches!(*slot, Slot::Busy) {
-            return Err(error::busy(&self.path, "close"));
+            // The error is built with the slot unlocked (see `shared`).
+            drop(slot);
+            return Err(self.unavailable(Unavailable::Busy, "close"));
         }
         let old = std::mem::replace(&mut *slot, Slot::Closed);
         drop(slot);
