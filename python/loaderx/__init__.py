@@ -13,7 +13,24 @@ transparent per-record compression and an endless, step-based data loader.
 * :class:`Sampler` — the step-based index generator the loader uses.
 """
 
-from ._native import MAX_RECORD_LEN, Sampler, Zrecord, ZrecordError, __version__
+from ._native import (
+    MAX_RECORD_LEN,
+    BufferTooSmallError,
+    CorruptStoreError,
+    InvalidArgumentError,
+    NotAStoreError,
+    RecordTooLargeError,
+    Sampler,
+    StoreBusyError,
+    StoreFullError,
+    StoreIOError,
+    StoreMemoryError,
+    StoreNotFoundError,
+    Zrecord,
+    ZrecordError,
+    ZrecordIndexError,
+    __version__,
+)
 from .dataloader import DataLoader
 from .dataset import Dataset
 from .ragged import RaggedDataset
@@ -24,6 +41,17 @@ __all__ = [
     "RaggedDataset",
     "Zrecord",
     "ZrecordError",
+    "ZrecordIndexError",
+    "StoreBusyError",
+    "StoreNotFoundError",
+    "NotAStoreError",
+    "CorruptStoreError",
+    "InvalidArgumentError",
+    "BufferTooSmallError",
+    "RecordTooLargeError",
+    "StoreFullError",
+    "StoreIOError",
+    "StoreMemoryError",
     "Sampler",
     "MAX_RECORD_LEN",
     "__version__",

@@ -26,6 +26,42 @@ class ZrecordError(RuntimeError):
 
     code: int
 
+class StoreMemoryError(ZrecordError, MemoryError):
+    """Memory for a batch or an operation could not be allocated (code -1)."""
+
+class StoreIOError(ZrecordError, OSError):
+    """The operating system refused a file operation of the store (code -2)."""
+
+class ZrecordIndexError(ZrecordError, IndexError):
+    """A record or sample index at or past the end of the store (code -3)."""
+
+class RecordTooLargeError(ZrecordError, ValueError):
+    """A record to append is larger than MAX_RECORD_LEN (code -4)."""
+
+class StoreFullError(ZrecordError):
+    """An append would take the store past its record or chunk limit (code -5)."""
+
+class BufferTooSmallError(ZrecordError, ValueError):
+    """A destination cannot hold the records asked for, or two of its ranges
+    overlap (code -6)."""
+
+class CorruptStoreError(ZrecordError):
+    """A stored record does not decode to its logical bytes or fails its
+    checksum (code -7)."""
+
+class NotAStoreError(ZrecordError):
+    """The directory holds something that is not a store this version reads
+    (code -8)."""
+
+class StoreNotFoundError(NotAStoreError, FileNotFoundError):
+    """There is no store in the directory and create=False (code -8)."""
+
+class InvalidArgumentError(ZrecordError, ValueError):
+    """Arguments that do not describe a valid request (code -9)."""
+
+class StoreBusyError(ZrecordError):
+    """Another handle or thread holds a lock the call needs (code -10)."""
+
 @final
 class Zrecord:
     """A persistent store of byte records (the Zrecord engine)."""

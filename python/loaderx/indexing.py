@@ -6,7 +6,9 @@ boolean mask of ``len`` samples. A ``Dataset`` also takes a tuple, as NumPy
 does (:func:`leading_key`): its first element selects samples, the rest
 index within them. These functions check such a key against
 the number of samples and give the non-negative positions that the native
-store gathers, raising the IndexError or TypeError that NumPy would.
+store gathers, raising the IndexError or TypeError that NumPy would. An
+index out of range is a ``ZrecordIndexError``: an ``IndexError`` and a
+``ZrecordError`` with code -3, as loaderx 0.5.0 raised.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import operator
 from typing import Any
 
 import numpy as np
+
+from ._native import ZrecordIndexError
 
 
 def int_key(key: Any) -> int | None:
@@ -31,7 +35,7 @@ def position(i: int, n: int) -> int:
     """The position of index `i` (negative counts from the end) among `n`."""
     j = i + n if i < 0 else i
     if not 0 <= j < n:
-        raise IndexError(f"index {i} is out of range for a dataset of {n} samples")
+        raise ZrecordIndexError(f"index {i} is out of range for a dataset of {n} samples")
     return j
 
 
@@ -60,7 +64,7 @@ def positions(key: Any, n: int) -> np.ndarray:
             f"masks, not {type(key).__name__} of {arr.dtype}"
         )
     if arr.dtype.kind == "u" and int(arr.max()) >= n:
-        raise IndexError(
+        raise ZrecordIndexError(
             f"index {int(arr.max())} is out of range for a dataset of {n} samples"
         )
     # No copy of an int64 key, and no pass for negative positions unless
@@ -72,7 +76,7 @@ def positions(key: Any, n: int) -> np.ndarray:
         lo, hi = int(pos.min()), int(pos.max())
     if lo < 0 or hi >= n:
         bad = arr.flat[int(np.argmax((pos < 0) | (pos >= n)))]
-        raise IndexError(f"index {int(bad)} is out of range for a dataset of {n} samples")
+        raise ZrecordIndexError(f"index {int(bad)} is out of range for a dataset of {n} samples")
     return pos
 
 

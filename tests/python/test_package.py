@@ -14,8 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_all_lists_exactly_the_public_api():
     assert loaderx.__all__ == [
-        "Dataset", "DataLoader", "RaggedDataset", "Zrecord", "ZrecordError", "Sampler",
-        "MAX_RECORD_LEN", "__version__",
+        "Dataset", "DataLoader", "RaggedDataset", "Zrecord", "ZrecordError",
+        "ZrecordIndexError", "StoreBusyError", "StoreNotFoundError", "NotAStoreError",
+        "CorruptStoreError", "InvalidArgumentError", "BufferTooSmallError",
+        "RecordTooLargeError", "StoreFullError", "StoreIOError", "StoreMemoryError",
+        "Sampler", "MAX_RECORD_LEN", "__version__",
     ]
     for name in loaderx.__all__:
         assert hasattr(loaderx, name), name
@@ -43,7 +46,8 @@ def test_zrecord_error_is_a_runtime_error_that_pickles_with_its_code(tmp_path):
     assert err.code == -3
     assert str(tmp_path / "z") in str(err) and "3" in str(err)
     back = pickle.loads(pickle.dumps(err))
-    assert type(back) is loaderx.ZrecordError
+    assert type(back) is loaderx.ZrecordIndexError
+    assert isinstance(back, loaderx.ZrecordError) and isinstance(back, IndexError)
     assert back.code == -3 and str(back) == str(err)
 
 

@@ -410,3 +410,54 @@ def test_busy_errors_between_threads_of_one_handle_never_deadlock(tmp_path):
         pytest.fail("gather and delete on one handle from two threads deadlocked")
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("done"), run.stdout
+
+
+def test_each_engine_error_kind_is_a_zrecord_error_and_a_builtin_one(tmp_path):
+    """0.5.0 code catching ZrecordError by code keeps working, and Python
+    code catching the built-in exception works too: an index out of range is
+    both a ZrecordError with code -3 and an IndexError, in Zrecord and in
+    both dataset kinds."""
+    import loaderx
+    from loaderx import RaggedDataset
+    from loaderx.ragged import RaggedDataset as _  # noqa: F401
+    z = Zrecord(tmp_path / "z", codec="raw")
+    z.append(b"abcd", 1, 4)
+    ds = loaderx.Dataset.write(tmp_path / "ds", np.zeros((3, 2), np.float32))
+    rs = RaggedDataset.write(tmp_path / "rs", [np.zeros(2, np.int32), np.zeros(3, np.int32)])
+    for call in (lambda: z.gather([5], np.empty(4, np.uint8), 4), lambda: z.lengths([1]),
+                 lambda: ds[3], lambda: ds[[0, 7]], lambda: ds[np.array([9], np.uint64)],
+                 lambda: rs[2], lambda: rs[[0, 5]]):
+        with pytest.raises(IndexError) as e:
+            call()
+        assert isinstance(e.value, ZrecordError) and e.value.code == -3
+        assert type(e.value) is loaderx.ZrecordIndexError
+    with pytest.raises(FileNotFoundError) as e:
+        Zrecord(tmp_path / "nothing", create=False)
+    assert isinstance(e.value, loaderx.NotAStoreError) and e.value.code == -8
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "meta.zr").write_bytes(b"NOPE" + bytes(100))
+    with pytest.raises(loaderx.NotAStoreError) as e:
+        Zrecord(tmp_path / "junk")
+    assert e.value.code == -8 and not isinstance(e.value, FileNotFoundError)
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(OSError) as e:
+        Zrecord(tmp_path / "file")
+    assert type(e.value) is loaderx.StoreIOError and e.value.code == -2
+    with pytest.raises(ValueError) as e:
+        z.gather([0], np.empty(2, np.uint8), 4)
+    assert type(e.value) is loaderx.BufferTooSmallError and e.value.code == -6
+    with pytest.raises(ValueError) as e:
+        z.append(b"abc", 2, 4)
+    assert type(e.value) is loaderx.InvalidArgumentError and e.value.code == -9
+    other = Zrecord(tmp_path / "z")
+    with pytest.raises(loaderx.StoreBusyError) as e:
+        z.delete([0])
+    assert isinstance(e.value, ZrecordError) and e.value.code == -10
+    other.close()
+    for name in ("CorruptStoreError", "StoreFullError", "RecordTooLargeError",
+                 "StoreMemoryError"):
+        cls = getattr(loaderx, name)
+        assert issubclass(cls, ZrecordError) and cls.__module__ == "loaderx"
+    assert loaderx.CorruptStoreError.code == -7 and loaderx.StoreFullError.code == -5
+    assert issubclass(loaderx.RecordTooLargeError, ValueError)
+    assert issubclass(loaderx.StoreMemoryError, MemoryError)

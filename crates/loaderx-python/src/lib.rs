@@ -37,6 +37,7 @@ mod _native {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("MAX_RECORD_LEN", ::zrecord::MAX_RECORD_LEN)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        crate::error::add_kinds(m)?;
         Ok(())
     }
 }

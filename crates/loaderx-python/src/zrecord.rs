@@ -244,9 +244,9 @@ impl Zrecord {
         let idxs = u64s(idxs, "idxs")?;
         let store = self.shared()?;
         let out_of_memory = |bytes: String| {
-            error::zrecord_error(
+            error::kind_error(
+                error::kind::MEMORY,
                 format!("{}: cannot allocate {bytes} bytes for a batch", self.path),
-                error::code::OUT_OF_MEMORY,
             )
         };
         let bytes = idxs

@@ -21,6 +21,11 @@ pub enum Error {
     #[error("{path}: not a zrecord store: {reason}")]
     NotAStore { path: PathBuf, reason: String },
 
+    /// There is no store in the directory (no `meta.zr`), and the caller
+    /// asked not to create one.
+    #[error("{path}: no zrecord store here: the directory has no meta.zr")]
+    NotFound { path: PathBuf },
+
     /// The store was written by a newer format version than this build reads.
     #[error("{path}: format version {found} is newer than the supported version {supported}")]
     UnsupportedVersion {

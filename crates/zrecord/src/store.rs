@@ -102,10 +102,7 @@ impl Store {
             });
         }
         if !options.create && !dir.join(crate::files::meta_file::META_FILE_NAME).exists() {
-            return Err(Error::NotAStore {
-                reason: "no meta.zr in the directory".into(),
-                path: dir,
-            });
+            return Err(Error::NotFound { path: dir });
         }
         let meta = MetaFile::open(&dir, options.create, options.io_hook.clone())?;
         let lock = StoreLock::share(meta.file(), meta.path(), &dir)?;

@@ -64,7 +64,7 @@ fn opening_what_is_not_a_store_is_refused_with_the_path() {
     };
     assert!(matches!(
         Store::open_with(&missing, &options),
-        Err(Error::NotAStore { .. })
+        Err(Error::NotFound { .. })
     ));
     assert!(!missing.exists(), "create: false creates nothing");
 }
