@@ -50,6 +50,7 @@ fuzz_target!(|data: &[u8]| {
         let options = AppendOptions {
             codec,
             durable: false,
+            ..AppendOptions::default()
         };
         let _ = store.append(&[&record, b"x"], &options);
         read_guarded(&store);

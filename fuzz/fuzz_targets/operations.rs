@@ -226,6 +226,7 @@ fn run(input: Input) {
                 let options = AppendOptions {
                     codec: Codec::ALL[codec as usize % 4],
                     durable,
+                    ..AppendOptions::default()
                 };
                 run.hook.arm(fault);
                 let result = match shape {

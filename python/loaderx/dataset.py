@@ -157,6 +157,7 @@ class Dataset(DatasetBase):
         *,
         durable: bool = True,
         checksums: bool = False,
+        timeout: float = 60.0,
     ) -> "Dataset":
         """Persists `array` as a dataset, one record per slice along axis 0.
 
@@ -171,6 +172,8 @@ class Dataset(DatasetBase):
         after. `durable` flushes every chunk to stable storage before the
         next, so a power loss never leaves wrong samples behind; `checksums`
         keeps a CRC32C per sample (see `Dataset(path, checksums=True)`).
+        While another handle or process appends to the store, each append
+        waits for it, up to `timeout` seconds (then StoreBusyError).
 
         Returns:
             Dataset: the dataset, opened.
@@ -221,7 +224,8 @@ class Dataset(DatasetBase):
             step = max(1, chunk_bytes // max(itemsize, 1))
             for start in range(0, len(array), step):
                 block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
-                store.append(block, len(block), itemsize, codec, durable=durable)
+                store.append(block, len(block), itemsize, codec, durable=durable,
+                             timeout=timeout)
         finally:
             store.close()
         return cls(path, checksums=checksums)
@@ -243,19 +247,22 @@ class Dataset(DatasetBase):
 
     # -- maintenance --------------------------------------------------------
 
-    def delete(self, idxs: Any) -> None:
+    def delete(self, idxs: Any, *, timeout: float = 0.0) -> None:
         """Removes samples `idxs` (ints, negative from the end, or a mask).
 
         ``len`` shrinks and the survivors stay addressable as 0..len: the
         tail is moved into each hole, so surviving samples may change index.
-        Needs exclusive access (no DataLoader running on the dataset).
+        Needs exclusive access (no DataLoader running on the dataset, no
+        other handle open): waits for it up to `timeout` seconds, by default
+        not at all, then raises StoreBusyError.
         """
         pos = positions(idxs, len(self)).reshape(-1)
-        self._zr().delete(pos.astype(np.uint64))
+        self._zr().delete(pos.astype(np.uint64), timeout=timeout)
 
-    def compact(self) -> None:
-        """Reclaims on disk the space that `delete` left behind."""
-        self._zr().compact()
+    def compact(self, *, timeout: float = 0.0) -> None:
+        """Reclaims on disk the space that `delete` left behind; waits for
+        exclusive access as `delete` does."""
+        self._zr().compact(timeout=timeout)
 
     def stats(self) -> dict[str, int]:
         """Storage usage: records, live_bytes, chunk_bytes and reclaimable."""

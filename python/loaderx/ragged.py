@@ -189,6 +189,7 @@ class RaggedDataset(DatasetBase):
         durable: bool = True,
         checksums: bool = False,
         chunk_bytes: int = WRITE_CHUNK_BYTES,
+        timeout: float = 60.0,
     ) -> "RaggedDataset":
         """Persists `arrays` (an iterable of array-likes of one number of
         dimensions, at least 1) as a ragged dataset, one sample each.
@@ -199,7 +200,8 @@ class RaggedDataset(DatasetBase):
         ragged dataset of the same dtype and ndim, the samples are appended.
         Samples are written in groups of about `chunk_bytes`: values first,
         then their shapes, so a crash can leave values without a shape but
-        never a shape without values (and the next write repairs it).
+        never a shape without values (and the next write repairs it). Each
+        append waits up to `timeout` seconds for another handle's append.
 
         Returns:
             RaggedDataset: the dataset, opened.
@@ -272,8 +274,9 @@ class RaggedDataset(DatasetBase):
                 offsets = np.cumsum(lens, dtype=np.uint64) - lens
                 src = np.concatenate([a.reshape(-1).view(np.uint8) for a in group])
                 dims = np.array([a.shape for a in group], dtype=SHAPE_DTYPE)
-                values.append_var(src, offsets, lens, durable=durable)
-                shapes.append(dims, len(group), ndim * SHAPE_DTYPE.itemsize, durable=durable)
+                values.append_var(src, offsets, lens, durable=durable, timeout=timeout)
+                shapes.append(dims, len(group), ndim * SHAPE_DTYPE.itemsize, durable=durable,
+                              timeout=timeout)
                 group, group_bytes = [], 0
 
             for item in itertools.chain([] if first is None else [first], it):

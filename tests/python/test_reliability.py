@@ -251,3 +251,61 @@ def test_a_schema_is_created_once_and_never_replaced(tmp_path):
     assert (first, second) == (True, False)
     assert (tmp_path / SCHEMA).read_text() == text and '"<f4"' in text
     assert sorted(os.listdir(tmp_path)) == [SCHEMA]
+
+
+APPENDER = r"""
+import sys
+import numpy as np
+from loaderx import Zrecord
+
+path, who = sys.argv[1], int(sys.argv[2])
+with Zrecord(path, "raw") as z:
+    for batch in range(1000):
+        n = 1 + batch % 3
+        rec = np.zeros((n, 4), np.uint32)
+        rec[:, 0], rec[:, 1], rec[:, 2] = who, batch, np.arange(n)
+        z.append(rec, n, 16)
+"""
+
+
+def test_four_processes_appending_at_once_all_succeed(tmp_path):
+    """Appends queue for the append lock instead of failing as busy: four
+    processes each append 1,000 small batches to one store at once; every
+    record is there exactly once, and each batch's records are contiguous
+    and in order."""
+    import subprocess
+    import sys
+    path = str(tmp_path / "shared.zr")
+    Zrecord(path, "raw").close()
+    procs = [subprocess.Popen([sys.executable, "-c", APPENDER, path, str(who)],
+                              stderr=subprocess.PIPE, text=True) for who in range(4)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    with Zrecord(path) as z:
+        n = len(z)
+        recs = z.gather_array(np.arange(n), 16).view(np.uint32).reshape(n, 4)
+    assert n == 4 * sum(1 + b % 3 for b in range(1000))
+    keys = [tuple(r) for r in recs[:, :3].tolist()]
+    assert len(set(keys)) == n
+    first = {}
+    for i, (who, batch, k) in enumerate(keys):
+        first.setdefault((who, batch), i - k)
+        assert first[(who, batch)] == i - k, f"batch {batch} of {who} is split"
+
+
+def test_a_delete_waits_for_the_other_handles_up_to_its_timeout(tmp_path):
+    from loaderx import StoreBusyError
+    z = Zrecord(tmp_path / "s", "raw")
+    z.append(b"abcd", 4, 1)
+    other = Zrecord(tmp_path / "s")
+    with pytest.raises(StoreBusyError, match="0.050 s"):
+        z.delete([0], timeout=0.05)
+    with pytest.raises(StoreBusyError):
+        z.compact()
+    with pytest.raises(ValueError, match="timeout"):
+        z.delete([0], timeout=-1)
+    import threading
+    threading.Timer(0.1, other.close).start()
+    z.delete([0], timeout=60)
+    assert len(z) == 3

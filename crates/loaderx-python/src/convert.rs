@@ -190,3 +190,16 @@ impl<'py> Src<'py> {
         }
     }
 }
+
+/// A duration in seconds from a Python float: finite and non-negative, or
+/// infinity for no limit; `ValueError` naming the argument otherwise.
+pub(crate) fn seconds(value: f64, what: &str) -> PyResult<std::time::Duration> {
+    if value == f64::INFINITY {
+        return Ok(std::time::Duration::MAX);
+    }
+    std::time::Duration::try_from_secs_f64(value).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what} must be a number of seconds >= 0 (or float('inf')), not {value}"
+        ))
+    })
+}

@@ -9,6 +9,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
@@ -17,7 +18,7 @@ use pyo3::types::PyDict;
 use zrecord::{AppendOptions, BatchBuffer, Codec, Store, StoreOptions};
 
 use crate::batch_array;
-use crate::convert::{u32s, u64s, Dst, Src};
+use crate::convert::{seconds, u32s, u64s, Dst, Src};
 use crate::error;
 
 enum Slot {
@@ -89,13 +90,52 @@ impl Zrecord {
         }
     }
 
-    /// Runs `f` on the only reference to the store, with the GIL released.
+    /// Runs `f` on the only reference to the store, with the GIL released,
+    /// waiting up to `wait` for the other users of this handle (a gather in
+    /// another thread, a loader) to let go of it; `f` gets the time left.
     fn exclusive<R: Send>(
         &self,
         py: Python<'_>,
         what: &str,
-        f: impl FnOnce(&mut Store) -> zrecord::Result<R> + Send,
+        wait: Duration,
+        f: impl FnOnce(&mut Store, Duration) -> zrecord::Result<R> + Send,
     ) -> PyResult<R> {
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(50);
+        let store = loop {
+            match self.take() {
+                Err(Some(_)) if start.elapsed() < wait => {
+                    let nap = pause.min(wait.saturating_sub(start.elapsed()));
+                    py.detach(|| std::thread::sleep(nap));
+                    pause = (pause * 2).min(Duration::from_millis(5));
+                }
+                Err(Some(state)) => return Err(self.unavailable(state, what)),
+                Err(None) => return Err(self.unavailable(Unavailable::Closed, what)),
+                Ok(store) => break store,
+            }
+        };
+        let left = wait.saturating_sub(start.elapsed());
+        // Put the store back however `f` ends, panics included.
+        struct Restore<'a>(&'a Zrecord, Option<Arc<Store>>);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                if let Some(store) = self.1.take() {
+                    *self.0.lock() = Slot::Open(store);
+                }
+            }
+        }
+        let mut guard = Restore(self, Some(store));
+        let inner = guard.1.as_mut().and_then(Arc::get_mut);
+        let inner = inner.expect("the slot held the only reference");
+        let result = py.detach(|| f(inner, left));
+        drop(guard);
+        result.map_err(error::engine)
+    }
+
+    /// Takes the store out of its slot when this is the only reference,
+    /// marking the slot busy. `Err(Some(Busy))` while someone else holds
+    /// it, `Err(None)` when the store is closed.
+    fn take(&self) -> Result<Arc<Store>, Option<Unavailable>> {
         let taken = {
             let mut slot = self.lock();
             match std::mem::replace(&mut *slot, Slot::Busy) {
@@ -111,31 +151,25 @@ impl Zrecord {
             }
         };
         // The error is built with the slot unlocked (see `shared`).
-        let store = taken.map_err(|state| self.unavailable(state, what))?;
-        // Put the store back however `f` ends, panics included.
-        struct Restore<'a>(&'a Zrecord, Option<Arc<Store>>);
-        impl Drop for Restore<'_> {
-            fn drop(&mut self) {
-                if let Some(store) = self.1.take() {
-                    *self.0.lock() = Slot::Open(store);
-                }
-            }
-        }
-        let mut guard = Restore(self, Some(store));
-        let inner = guard.1.as_mut().and_then(Arc::get_mut);
-        let inner = inner.expect("the slot held the only reference");
-        let result = py.detach(|| f(inner));
-        drop(guard);
-        result.map_err(error::engine)
+        taken.map_err(|state| match state {
+            Unavailable::Closed => None,
+            busy => Some(busy),
+        })
     }
 
-    fn append_options(&self, codec: Option<&str>, durable: bool) -> PyResult<AppendOptions> {
+    fn append_options(
+        &self,
+        codec: Option<&str>,
+        durable: bool,
+        timeout: f64,
+    ) -> PyResult<AppendOptions> {
         Ok(AppendOptions {
             codec: match codec {
                 Some(name) => codec_arg(name)?,
                 None => self.codec,
             },
             durable,
+            wait: seconds(timeout, "timeout")?,
         })
     }
 }
@@ -282,8 +316,12 @@ impl Zrecord {
     /// Appends `n` records of `item_len` bytes laid out back to back at the
     /// start of `src` (bytes, a numpy array or a contiguous buffer). Returns
     /// the index of the first new record. `durable=True` flushes the commit
-    /// to stable storage before returning.
-    #[pyo3(signature = (src, n, item_len, codec = None, *, durable = false))]
+    /// to stable storage before returning. While another handle or thread
+    /// appends, the call waits for it, up to `timeout` seconds (StoreBusyError
+    /// after that; `float('inf')` waits for ever).
+    #[pyo3(signature = (src, n, item_len, codec = None, *, durable = false, timeout = 60.0))]
+    // The Python signature: each argument is one of `append`'s.
+    #[allow(clippy::too_many_arguments)]
     fn append(
         &self,
         py: Python<'_>,
@@ -292,8 +330,9 @@ impl Zrecord {
         item_len: usize,
         codec: Option<&str>,
         durable: bool,
+        timeout: f64,
     ) -> PyResult<u32> {
-        let options = self.append_options(codec, durable)?;
+        let options = self.append_options(codec, durable, timeout)?;
         let src = Src::new(src)?;
         let bytes = src.bytes()?;
         let store = self.shared()?;
@@ -302,8 +341,11 @@ impl Zrecord {
     }
 
     /// Appends ragged records: record k is src[offsets[k]:offsets[k] + lens[k]].
-    /// Returns the index of the first new record.
-    #[pyo3(signature = (src, offsets, lens, codec = None, *, durable = false))]
+    /// Returns the index of the first new record. Waits for other appends
+    /// up to `timeout` seconds, as `append` does.
+    #[pyo3(signature = (src, offsets, lens, codec = None, *, durable = false, timeout = 60.0))]
+    // The Python signature: each argument is one of `append`'s.
+    #[allow(clippy::too_many_arguments)]
     fn append_var(
         &self,
         py: Python<'_>,
@@ -312,8 +354,9 @@ impl Zrecord {
         lens: &Bound<'_, PyAny>,
         codec: Option<&str>,
         durable: bool,
+        timeout: f64,
     ) -> PyResult<u32> {
-        let options = self.append_options(codec, durable)?;
+        let options = self.append_options(codec, durable, timeout)?;
         let offsets = u64s(offsets, "offsets")?;
         let lens = u32s(lens, "lens")?;
         let src = Src::new(src)?;
@@ -324,16 +367,27 @@ impl Zrecord {
     }
 
     /// Deletes records `idxs`; each hole is filled with the current last
-    /// record, so survivors may change index. Needs exclusive access.
-    fn delete(&self, py: Python<'_>, idxs: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// record, so survivors may change index. Needs exclusive access: with
+    /// the store in use elsewhere (another handle, a gather in another
+    /// thread, a DataLoader) it waits up to `timeout` seconds, by default
+    /// not at all, then raises StoreBusyError.
+    #[pyo3(signature = (idxs, *, timeout = 0.0))]
+    fn delete(&self, py: Python<'_>, idxs: &Bound<'_, PyAny>, timeout: f64) -> PyResult<()> {
         let idxs = u64s(idxs, "idxs")?;
-        self.exclusive(py, "delete", |store| store.delete(&idxs))
+        let wait = seconds(timeout, "timeout")?;
+        self.exclusive(py, "delete", wait, |store, left| {
+            store.delete_within(&idxs, left)
+        })
     }
 
     /// Rewrites the live records densely, reclaiming deleted bytes on disk.
-    /// Needs exclusive access.
-    fn compact(&self, py: Python<'_>) -> PyResult<()> {
-        self.exclusive(py, "compact", |store| store.compact().map(|_| ()))
+    /// Needs exclusive access, waiting for it as `delete` does.
+    #[pyo3(signature = (*, timeout = 0.0))]
+    fn compact(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let wait = seconds(timeout, "timeout")?;
+        self.exclusive(py, "compact", wait, |store, left| {
+            store.compact_within(u64::MAX, left).map(|_| ())
+        })
     }
 
     /// Decodes every record and checks it against its checksum when the

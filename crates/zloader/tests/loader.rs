@@ -19,6 +19,7 @@ fn store(dir: &std::path::Path, name: &str, len: usize, salt: u8) -> Arc<Store> 
     let options = AppendOptions {
         codec: Codec::Flate,
         durable: false,
+        ..AppendOptions::default()
     };
     store.append_fixed(&bytes, N, len, &options).unwrap();
     Arc::new(store)

@@ -60,7 +60,11 @@ fn bench(c: &mut Criterion) {
         .into_iter()
         .chain([(Codec::Raw, true), (Codec::Flate, true)])
     {
-        let options = AppendOptions { codec, durable };
+        let options = AppendOptions {
+            codec,
+            durable,
+            ..AppendOptions::default()
+        };
         let name = format!("{}{}", codec.name(), if durable { "-durable" } else { "" });
         append.bench_function(BenchmarkId::from_parameter(&name), |b| {
             // A fresh store per sample keeps the files from growing without bound.
@@ -95,6 +99,7 @@ fn bench(c: &mut Criterion) {
         let options = AppendOptions {
             codec,
             durable: false,
+            ..AppendOptions::default()
         };
         store
             .append_fixed(&data, RECORDS, RECORD, &options)

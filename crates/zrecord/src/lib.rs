@@ -45,7 +45,7 @@ pub use format::codec::{Codec, CodecTag};
 pub use format::header::{Header, FORMAT_VERSION, HEADER_LEN, MAGIC};
 pub use format::limits::{CHUNK_CAPACITY, MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN};
 pub use format::record_table::{RecordLoc, ENTRY_LEN, META_FILE_LEN, TABLE_OFFSET};
-pub use ops::append::AppendOptions;
+pub use ops::append::{AppendOptions, DEFAULT_APPEND_WAIT};
 pub use ops::compact::CompactReport;
 pub use ops::stats::Stats;
 pub use ops::verify::{BadRecord, VerifyReport};

@@ -155,6 +155,7 @@ fn append_options(b: u64) -> AppendOptions {
     AppendOptions {
         codec: Codec::ALL[(b / 3 % 4) as usize],
         durable: b % 7 == 3,
+        ..AppendOptions::default()
     }
 }
 

@@ -342,6 +342,7 @@ fn every_power_loss_leaves_a_store_from_just_before_or_after_the_operation() {
                         &AppendOptions {
                             codec,
                             durable: true,
+                            ..AppendOptions::default()
                         },
                     )
                     .unwrap();
@@ -390,6 +391,7 @@ fn every_power_loss_leaves_a_store_from_just_before_or_after_the_operation() {
                     &AppendOptions {
                         codec: Codec::Raw,
                         durable: false,
+                        ..AppendOptions::default()
                     },
                 )
                 .unwrap();

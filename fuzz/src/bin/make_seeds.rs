@@ -70,6 +70,7 @@ fn main() {
             let append = AppendOptions {
                 codec,
                 durable: false,
+                ..AppendOptions::default()
             };
             store.append(&slices, &append).unwrap();
             let flags = match variant {

@@ -184,6 +184,7 @@ mod tests {
         let durable = AppendOptions {
             codec: crate::Codec::Raw,
             durable: true,
+            ..AppendOptions::default()
         };
         store.append_fixed(&bytes, n, len, &durable).unwrap();
         drop(store);

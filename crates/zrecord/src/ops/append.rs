@@ -17,10 +17,13 @@
 //! records of earlier commits; the bytes and entries written for this one lie
 //! beyond the frontier and the length and are overwritten by the next append.
 
+use std::time::Duration;
+
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::exec::thread_pool::pool;
+use crate::files::lock::Deadline;
 use crate::format::checksums::Checksum;
 use crate::format::codec::Codec;
 use crate::format::header::Header;
@@ -38,13 +41,21 @@ pub struct AppendOptions {
     /// returning, so the commit survives power loss (docs/FORMAT.md,
     /// "Durability").
     pub durable: bool,
+    /// How long to wait for another handle's (or thread's) append to finish
+    /// before giving up with [`Error::Busy`]. Appends queue: each one waits
+    /// for the append lock rather than failing at once.
+    pub wait: Duration,
 }
+
+/// How long an append waits for the append lock by default.
+pub const DEFAULT_APPEND_WAIT: Duration = Duration::from_secs(60);
 
 impl Default for AppendOptions {
     fn default() -> Self {
         AppendOptions {
             codec: Codec::Flate,
             durable: false,
+            wait: DEFAULT_APPEND_WAIT,
         }
     }
 }
@@ -183,8 +194,23 @@ impl Store {
         }
         let shards = encode_batch(batch, options.codec, self.checksums.is_some());
 
-        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let _appending = self.lock.appending()?;
+        // Both waits share one deadline: first for the other threads of
+        // this handle, then for other handles and processes.
+        let deadline = Deadline::after(options.wait);
+        let _writer = deadline.wait(|| match self.writer.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        });
+        let _writer = match _writer {
+            Some(guard) => guard,
+            None => {
+                return Err(self
+                    .lock
+                    .waited_too_long(options.wait, "another thread's append"))
+            }
+        };
+        let _appending = self.lock.appending(&deadline)?;
         let header = self.meta.header();
         let first = header.length;
         if first as usize + n > MAX_RECORDS {
@@ -346,5 +372,54 @@ impl Store {
             self.meta.flush_header()?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::files::lock::Deadline;
+    use crate::{AppendOptions, Codec, Error, Store};
+
+    fn waiting(wait: Duration) -> AppendOptions {
+        AppendOptions {
+            codec: Codec::Raw,
+            durable: false,
+            wait,
+        }
+    }
+
+    /// An append waits for another handle's append instead of failing, up
+    /// to its `wait`; then it fails as busy, naming the store and the wait.
+    #[test]
+    fn an_append_waits_for_another_handles_append_up_to_its_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Store::open(dir.path()).unwrap();
+        let second = Store::open(dir.path()).unwrap();
+        let held = first
+            .lock
+            .appending(&Deadline::after(Duration::ZERO))
+            .unwrap();
+        match second.append(&[b"late"], &waiting(Duration::from_millis(50))) {
+            Err(Error::Busy { path, reason }) => {
+                assert!(path.ends_with("meta.zr"), "{path:?}");
+                assert!(reason.contains("0.050 s"), "{reason}");
+            }
+            other => panic!("expected Busy after the wait, got {other:?}"),
+        }
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                drop(held);
+            });
+            let first_index = second
+                .append(&[b"queued"], &waiting(Duration::from_secs(60)))
+                .unwrap();
+            assert_eq!(first_index, 0);
+        });
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert_eq!(second.len(), 1);
     }
 }

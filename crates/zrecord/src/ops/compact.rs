@@ -11,8 +11,11 @@
 //! interrupted compaction (even by power loss) leaves a valid store, and
 //! running `compact` again finishes it.
 
+use std::time::Duration;
+
 use crate::error::{Error, Result};
 use crate::files::chunk_file::chunk_id_of;
+use crate::files::lock::Deadline;
 use crate::format::record_table::{physical_address, RecordLoc};
 use crate::ops::stats::Stats;
 use crate::store::Store;
@@ -53,7 +56,13 @@ impl Store {
     /// leaving a valid store that a later call continues, so a large
     /// compaction can be spread over several maintenance windows.
     pub fn compact_some(&mut self, max_moves: u64) -> Result<CompactReport> {
-        let _sole = self.lock.exclusive()?;
+        self.compact_within(max_moves, Duration::ZERO)
+    }
+
+    /// [`Store::compact_some`], waiting up to `wait` for the other handles
+    /// of the store to close (the others fail at once while any is open).
+    pub fn compact_within(&mut self, max_moves: u64, wait: Duration) -> Result<CompactReport> {
+        let _sole = self.lock.exclusive_within(&Deadline::after(wait))?;
         let before = self.stats();
         let header = self.meta.header();
         // By start, then length: an empty record shares its start with the

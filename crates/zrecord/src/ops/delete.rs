@@ -2,9 +2,11 @@
 //! stay exactly `0..len` (docs/FORMAT.md, "Delete").
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use crate::error::Result;
 use crate::files::delete_journal::{self, DeletePlan};
+use crate::files::lock::Deadline;
 use crate::store::Store;
 
 impl Store {
@@ -16,11 +18,20 @@ impl Store {
     ///
     /// The store is locked before its length is read: a plan made earlier
     /// would miss what another handle appended in between, and cut it off.
+    ///
+    /// Fails with [`crate::Error::Busy`] at once while another handle has
+    /// the store open; [`Store::delete_within`] waits for them to close.
     pub fn delete(&mut self, idxs: &[u64]) -> Result<()> {
+        self.delete_within(idxs, Duration::ZERO)
+    }
+
+    /// [`Store::delete`], waiting up to `wait` for the other handles of the
+    /// store to close.
+    pub fn delete_within(&mut self, idxs: &[u64], wait: Duration) -> Result<()> {
         if idxs.is_empty() {
             return Ok(());
         }
-        let _sole = self.lock.exclusive()?;
+        let _sole = self.lock.exclusive_within(&Deadline::after(wait))?;
         let plan = self.plan_delete(idxs)?;
         if plan.old_length == plan.new_length {
             return Ok(());
@@ -91,6 +102,7 @@ mod tests {
         let raw = AppendOptions {
             codec: Codec::Raw,
             durable: false,
+            ..AppendOptions::default()
         };
         store.append_fixed(b"abc", 3, 1, &raw).unwrap();
         let other = Store::open(dir.path()).unwrap();
@@ -117,6 +129,7 @@ mod tests {
             let raw = AppendOptions {
                 codec: Codec::Raw,
                 durable: false,
+                ..AppendOptions::default()
             };
             store.append_fixed(b"abcdefghij", 10, 1, &raw).unwrap();
         };

@@ -39,6 +39,7 @@ pub fn opts(codec: Codec) -> AppendOptions {
     AppendOptions {
         codec,
         durable: false,
+        ..AppendOptions::default()
     }
 }
 

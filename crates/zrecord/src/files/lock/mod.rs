@@ -12,8 +12,14 @@
 //! - the *append* lock: held exclusive for the duration of each append, so
 //!   at most one handle appends at a time.
 //!
-//! Every attempt is non-blocking: a conflict is reported at once, as
-//! [`crate::Error::Busy`], rather than waited out.
+//! Every attempt is non-blocking; waiting is polling (`Deadline`): an
+//! append waits for the append lock up to its `wait` (60 s by default),
+//! `delete` and `compact` for the exclusive use lock up to theirs (none by
+//! default), then fail with [`crate::Error::Busy`] naming the store and how
+//! long they waited. Polling, not a blocking call, because Linux's
+//! `F_OFD_SETLKW` and `flock` cannot time out and `LockFileEx` only with
+//! overlapped I/O; a few attempts per millisecond cost nothing next to an
+//! append.
 //!
 //! How each system provides such locks:
 //!
@@ -41,6 +47,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
@@ -82,21 +89,77 @@ impl StoreLock {
     }
 
     /// Holds the use lock exclusively until the guard is dropped, which
-    /// shares it again.
+    /// shares it again; fails at once when another handle has the store
+    /// open.
     pub fn exclusive(&self) -> Result<ExclusiveUse> {
+        self.exclusive_within(&Deadline::after(Duration::ZERO))
+    }
+
+    /// As [`StoreLock::exclusive`], waiting until `deadline` for the other
+    /// handles to close.
+    pub fn exclusive_within(&self, deadline: &Deadline) -> Result<ExclusiveUse> {
         let handles = self.sys.handles();
-        self.result(
-            handles.try_exclusive(),
+        self.taken_by(
+            deadline,
+            || handles.try_exclusive(),
             "delete and compact need the store to be open nowhere else",
         )?;
         Ok(ExclusiveUse { handles })
     }
 
-    /// Holds the append lock until the guard is dropped.
-    pub fn appending(&self) -> Result<Appending> {
+    /// Holds the append lock until the guard is dropped, waiting until
+    /// `deadline` for another handle's append to end.
+    pub fn appending(&self, deadline: &Deadline) -> Result<Appending> {
         let handles = self.sys.handles();
-        self.result(handles.try_append(), "another handle is appending to it")?;
+        self.taken_by(
+            deadline,
+            || handles.try_append(),
+            "another handle is appending to it",
+        )?;
         Ok(Appending { handles })
+    }
+
+    /// Tries `take` until it succeeds or `deadline` passes.
+    fn taken_by(
+        &self,
+        deadline: &Deadline,
+        take: impl Fn() -> std::io::Result<bool>,
+        busy: &str,
+    ) -> Result<()> {
+        let mut failed = None;
+        let taken = deadline.wait(|| match take() {
+            Ok(true) => Some(()),
+            Ok(false) => None,
+            Err(e) => {
+                failed = Some(e);
+                Some(())
+            }
+        });
+        if let Some(source) = failed {
+            return Err(Error::Io {
+                path: self.path.clone(),
+                source,
+            });
+        }
+        match taken {
+            Some(()) => Ok(()),
+            None if deadline.wait.is_zero() => Err(Error::Busy {
+                path: self.path.clone(),
+                reason: busy.to_string(),
+            }),
+            None => Err(self.waited_too_long(deadline.wait, busy)),
+        }
+    }
+
+    /// `Busy` after waiting `wait` in vain for `what`.
+    pub fn waited_too_long(&self, wait: Duration, what: &str) -> Error {
+        Error::Busy {
+            path: self.path.clone(),
+            reason: format!(
+                "{what}: still busy after waiting {:.3} s",
+                wait.as_secs_f64()
+            ),
+        }
     }
 
     /// `Busy` when the lock was taken elsewhere, `Io` when the system failed.
@@ -111,6 +174,46 @@ impl StoreLock {
                 path: self.path.clone(),
                 source,
             }),
+        }
+    }
+}
+
+/// How long a caller may wait for a lock, from the moment it was made.
+pub(crate) struct Deadline {
+    wait: Duration,
+    until: Option<Instant>,
+}
+
+/// The first and the longest pause between two attempts.
+const FIRST_PAUSE: Duration = Duration::from_micros(50);
+const LONGEST_PAUSE: Duration = Duration::from_millis(5);
+
+impl Deadline {
+    /// `wait` from now; a wait too long to represent is no deadline.
+    pub fn after(wait: Duration) -> Deadline {
+        Deadline {
+            wait,
+            until: Instant::now().checked_add(wait),
+        }
+    }
+
+    /// Calls `attempt` until it gives a value or the deadline passes (it is
+    /// called at least once), pausing between attempts, each pause twice the
+    /// one before up to [`LONGEST_PAUSE`].
+    pub fn wait<T>(&self, mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
+        let mut pause = FIRST_PAUSE;
+        loop {
+            if let Some(value) = attempt() {
+                return Some(value);
+            }
+            let now = Instant::now();
+            let left = match self.until {
+                Some(until) if now >= until => return None,
+                Some(until) => until - now,
+                None => pause,
+            };
+            std::thread::sleep(pause.min(left));
+            pause = (pause * 2).min(LONGEST_PAUSE);
         }
     }
 }
