@@ -65,7 +65,7 @@ def test_bad_arguments():
             Sampler(10, 4, mode)
     with pytest.raises(ValueError, match="batch_size"):
         Sampler(10, 1 << 40, 0)
-    with pytest.raises(OverflowError):
+    with pytest.raises(ValueError, match="length must be an int in 0"):
         Sampler(-1, 4, 0)
-    with pytest.raises(OverflowError):
+    with pytest.raises(ValueError, match="seed must be an int in 0"):
         Sampler(10, 4, 0, seed=-1)

@@ -215,7 +215,7 @@ def test_bad_sources_raise(store):
     assert code_of(e) == -9
     with pytest.raises(ValueError, match="32-bit"):
         store.append_var(b"abc", [0], [1 << 32])
-    with pytest.raises(OverflowError):
+    with pytest.raises(ValueError, match="n must be an int in 0"):
         store.append(b"abc", -1, 1)
     assert len(store) == 0
 
@@ -461,3 +461,32 @@ def test_each_engine_error_kind_is_a_zrecord_error_and_a_builtin_one(tmp_path):
     assert loaderx.CorruptStoreError.code == -7 and loaderx.StoreFullError.code == -5
     assert issubclass(loaderx.RecordTooLargeError, ValueError)
     assert issubclass(loaderx.StoreMemoryError, MemoryError)
+
+
+def test_integer_arguments_out_of_range_name_the_argument_and_its_range(tmp_path):
+    """Not OverflowError("can't convert negative int to unsigned") or "int
+    too big to convert": a ValueError naming the argument and its range, a
+    TypeError for a bool or a non-int."""
+    from loaderx import Sampler
+    z = Zrecord(tmp_path / "z", codec="raw")
+    iid = Sampler.Mode.IID
+    cases = [
+        (lambda: z.append(b"abcd", -1, 4), ValueError, "n must be an int in 0..="),
+        (lambda: z.append(b"abcd", 2**70, 4), ValueError, "n must be an int in 0..="),
+        (lambda: z.append(b"abcd", 1, -4), ValueError, "item_len must be an int in 0..="),
+        (lambda: z.append(b"abcd", True, 4), TypeError, "n must be an int, not bool"),
+        (lambda: z.gather([0], np.empty(4, np.uint8), -4), ValueError, "stride must be"),
+        (lambda: z.gather_array([0], 2**65), ValueError, "stride must be"),
+        (lambda: z.gather_array([0], 1.5), TypeError, "stride must be an int, not float"),
+        (lambda: Sampler(10, 2, iid, seed=-1), ValueError, "seed must be an int in 0..="),
+        (lambda: Sampler(10, 2, iid, seed=2**64), ValueError, "not 18446744073709551616"),
+        (lambda: Sampler(-10, 2, iid), ValueError, "length must be"),
+        (lambda: Sampler(10, -2, iid), ValueError, "batch_size must be"),
+        (lambda: Sampler(10, 2, iid).seek(-1), ValueError, "step must be"),
+        (lambda: Sampler(10, 2, iid).batch(2**64), ValueError, "step must be"),
+    ]
+    for call, kind, message in cases:
+        with pytest.raises(kind, match=message.replace(".", r"\.")):
+            call()
+    assert Sampler(10, 2, iid).seed == 42
+    assert Sampler(10, 2, iid, seed=2**64 - 1).seed == 2**64 - 1

@@ -203,3 +203,27 @@ pub(crate) fn seconds(value: f64, what: &str) -> PyResult<std::time::Duration> {
         ))
     })
 }
+
+/// A non-negative Python int (anything with `__index__`, not a bool) of at
+/// most `max`, as `T`: a `TypeError` or `ValueError` that names the argument
+/// `what` and its range, instead of the bare "can't convert negative int to
+/// unsigned" or "int too big to convert" of the default conversion.
+pub(crate) fn uint<T: TryFrom<u64>>(obj: &Bound<'_, PyAny>, what: &str, max: u64) -> PyResult<T> {
+    let py = obj.py();
+    if obj.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be an int, not bool"
+        )));
+    }
+    let index = obj.call_method0(intern!(py, "__index__")).map_err(|_| {
+        PyTypeError::new_err(format!("{what} must be an int, not {}", type_name(obj)))
+    })?;
+    match index.extract::<u64>() {
+        Ok(v) if v <= max => T::try_from(v).map_err(|_| out_of(what, max, &index)),
+        _ => Err(out_of(what, max, &index)),
+    }
+}
+
+fn out_of(what: &str, max: u64, value: &Bound<'_, PyAny>) -> PyErr {
+    PyValueError::new_err(format!("{what} must be an int in 0..={max}, not {value}"))
+}

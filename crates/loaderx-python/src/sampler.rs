@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use zsampler::Mode;
 
+use crate::convert::uint;
 use crate::error;
 
 /// Largest batch: a store never holds more records than this, and the limit
@@ -79,14 +80,25 @@ pub struct Sampler {
 #[pymethods]
 impl Sampler {
     #[new]
-    #[pyo3(signature = (length, batch_size, mode, seed = 42, *, shard = None))]
+    // `seed` is checked by `uint`, so it arrives as any object; the text
+    // signature keeps showing its default.
+    #[pyo3(
+        signature = (length, batch_size, mode, seed = None, *, shard = None),
+        text_signature = "(length, batch_size, mode, seed=42, *, shard=None)"
+    )]
     fn new(
-        length: u64,
-        batch_size: usize,
+        length: &Bound<'_, PyAny>,
+        batch_size: &Bound<'_, PyAny>,
         mode: &Bound<'_, PyAny>,
-        seed: u64,
+        seed: Option<&Bound<'_, PyAny>>,
         shard: Option<(u64, u64)>,
     ) -> PyResult<Self> {
+        let length: u64 = uint(length, "length", u64::MAX)?;
+        let batch_size: usize = uint(batch_size, "batch_size", usize::MAX as u64)?;
+        let seed: u64 = match seed {
+            Some(seed) => uint(seed, "seed", u64::MAX)?,
+            None => 42,
+        };
         if batch_size > MAX_BATCH_SIZE {
             return Err(PyValueError::new_err(format!(
                 "batch_size {batch_size} is over the limit of {MAX_BATCH_SIZE} \
@@ -151,13 +163,19 @@ impl Sampler {
     }
 
     /// The batch of `step`, without moving the iterator.
-    fn batch<'py>(&self, py: Python<'py>, step: u64) -> Bound<'py, PyArray1<u64>> {
-        PyArray1::from_vec(py, self.inner.batch(step))
+    fn batch<'py>(
+        &self,
+        py: Python<'py>,
+        step: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let step: u64 = uint(step, "step", u64::MAX)?;
+        Ok(PyArray1::from_vec(py, self.inner.batch(step)))
     }
 
     /// Moves the iterator so that the next batch is that of `step`.
-    fn seek(&mut self, step: u64) {
-        self.inner.seek(step);
+    fn seek(&mut self, step: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.seek(uint(step, "step", u64::MAX)?);
+        Ok(())
     }
 
     /// The batch of the current step, then advances (as loaderx 0.5.0's

@@ -18,7 +18,7 @@ use pyo3::types::PyDict;
 use zrecord::{AppendOptions, BatchBuffer, Codec, Store, StoreOptions};
 
 use crate::batch_array;
-use crate::convert::{seconds, u32s, u64s, Dst, Src};
+use crate::convert::{seconds, u32s, u64s, uint, Dst, Src};
 use crate::error;
 
 enum Slot {
@@ -253,8 +253,9 @@ impl Zrecord {
         py: Python<'_>,
         idxs: &Bound<'_, PyAny>,
         dst: &Bound<'_, PyAny>,
-        stride: usize,
+        stride: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        let stride: usize = uint(stride, "stride", usize::MAX as u64)?;
         let idxs = u64s(idxs, "idxs")?;
         let mut dst = Dst::new(dst)?;
         let dst = dst.bytes()?;
@@ -273,8 +274,9 @@ impl Zrecord {
         &self,
         py: Python<'py>,
         idxs: &Bound<'py, PyAny>,
-        stride: usize,
+        stride: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let stride: usize = uint(stride, "stride", usize::MAX as u64)?;
         let idxs = u64s(idxs, "idxs")?;
         let store = self.shared()?;
         let out_of_memory = |bytes: String| {
@@ -326,12 +328,14 @@ impl Zrecord {
         &self,
         py: Python<'_>,
         src: &Bound<'_, PyAny>,
-        n: usize,
-        item_len: usize,
+        n: &Bound<'_, PyAny>,
+        item_len: &Bound<'_, PyAny>,
         codec: Option<&str>,
         durable: bool,
         timeout: f64,
     ) -> PyResult<u32> {
+        let n: usize = uint(n, "n", usize::MAX as u64)?;
+        let item_len: usize = uint(item_len, "item_len", usize::MAX as u64)?;
         let options = self.append_options(codec, durable, timeout)?;
         let src = Src::new(src)?;
         let bytes = src.bytes()?;
