@@ -62,6 +62,9 @@ class InvalidArgumentError(ZrecordError, ValueError):
 class StoreBusyError(ZrecordError):
     """Another handle or thread holds a lock the call needs (code -10)."""
 
+class StoreReadOnlyError(StoreIOError, PermissionError):
+    """A write (append, delete, compact) to a store opened read-only (code -2)."""
+
 @final
 class Zrecord:
     """A persistent store of byte records (the Zrecord engine)."""
@@ -73,10 +76,13 @@ class Zrecord:
         *,
         create: bool = True,
         checksums: bool = False,
+        read_only: bool = False,
     ) -> None: ...
     def __len__(self) -> int: ...
     @property
     def path(self) -> str: ...
+    @property
+    def read_only(self) -> bool: ...
     @property
     def codec(self) -> str: ...
     @property

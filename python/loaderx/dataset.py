@@ -53,8 +53,14 @@ class Dataset(DatasetBase):
 
     _kind = "Dataset"
 
-    def __init__(self, path: str | os.PathLike[str], *, checksums: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, checksums: bool = False, read_only: bool = False
+    ) -> None:
         """Opens the dataset in the directory `path`.
+
+        With `read_only`, or when this process may not write the store's
+        files (permissions, a read-only mount), it is opened for reading
+        only: reads work, `delete` and `compact` raise StoreReadOnlyError.
 
         With `checksums`, every read is checked against per-record CRC32C
         checksums (created for the samples already there if the dataset has
@@ -76,7 +82,12 @@ class Dataset(DatasetBase):
             self.codec = schema_codec(schema.get("codec", "flate"))
         self._itemsize = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._checksums = checksums
-        self._open = (Zrecord(self.path, self.codec, create=False, checksums=checksums),)
+        self._read_only = read_only
+        self._open = (
+            Zrecord(
+                self.path, self.codec, create=False, checksums=checksums, read_only=read_only
+            ),
+        )
         if len(self):
             try:
                 self._check_sizes(np.zeros(1, dtype=np.uint64))

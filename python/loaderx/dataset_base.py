@@ -24,7 +24,7 @@ _D = TypeVar("_D", bound="DatasetBase")
 
 class DatasetBase:
     """A dataset over open Zrecord stores. A subclass's ``__init__`` sets
-    `path`, `dtype`, `codec` and ``_checksums``, then opens its stores into
+    `path`, `dtype`, `codec`, ``_checksums`` and ``_read_only``, then opens its stores into
     ``_open``; ``_layout_repr`` names its sample layout for the repr."""
 
     #: The class name that messages and the repr give.
@@ -33,6 +33,7 @@ class DatasetBase:
     dtype: np.dtype
     codec: str
     _checksums: bool
+    _read_only: bool = False
     #: The open stores; None until opened and once closed.
     _open: tuple[Zrecord, ...] | None = None
 
@@ -66,7 +67,7 @@ class DatasetBase:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickles by path: the copy reopens the stores (worker processes).
-        return (_reopen, (type(self), str(self.path), self._checksums))
+        return (_reopen, (type(self), str(self.path), self._checksums, self._read_only))
 
     def __repr__(self) -> str:
         if self._open is None:
@@ -77,6 +78,6 @@ class DatasetBase:
         )
 
 
-def _reopen(cls: type[_D], path: str, checksums: bool) -> _D:
+def _reopen(cls: type[_D], path: str, checksums: bool, read_only: bool = False) -> _D:
     """Unpickles a dataset by opening its directory again."""
-    return cls(path, checksums=checksums)  # type: ignore[call-arg]
+    return cls(path, checksums=checksums, read_only=read_only)  # type: ignore[call-arg]

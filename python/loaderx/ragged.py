@@ -51,12 +51,14 @@ SHAPES = "shapes.zr"
 
 
 def _open_stores(
-    path: Path, codec: str, checksums: bool, create: bool
+    path: Path, codec: str, checksums: bool, create: bool, read_only: bool = False
 ) -> tuple[Zrecord, Zrecord]:
     """The values store and the shapes store of the dataset at `path`."""
-    values = Zrecord(path, codec, create=create, checksums=checksums)
+    values = Zrecord(path, codec, create=create, checksums=checksums, read_only=read_only)
     try:
-        shapes = Zrecord(path / SHAPES, "raw", create=create, checksums=checksums)
+        shapes = Zrecord(
+            path / SHAPES, "raw", create=create, checksums=checksums, read_only=read_only
+        )
     except BaseException:
         values.close()
         raise
@@ -82,8 +84,11 @@ class RaggedDataset(DatasetBase):
 
     _kind = "RaggedDataset"
 
-    def __init__(self, path: str | os.PathLike[str], *, checksums: bool = False) -> None:
-        """Opens the ragged dataset in the directory `path`.
+    def __init__(
+        self, path: str | os.PathLike[str], *, checksums: bool = False, read_only: bool = False
+    ) -> None:
+        """Opens the ragged dataset in the directory `path`; `read_only` as
+        for :class:`~loaderx.Dataset`.
 
         Raises:
             FileNotFoundError: `path` holds no schema.json.
@@ -103,7 +108,10 @@ class RaggedDataset(DatasetBase):
             self.ndim = schema_count("ndim", schema["ndim"], 1)
             self.codec = schema_codec(schema.get("codec", "flate"))
         self._checksums = checksums
-        values, shapes = _open_stores(self.path, self.codec, checksums, create=False)
+        self._read_only = read_only
+        values, shapes = _open_stores(
+            self.path, self.codec, checksums, create=False, read_only=read_only
+        )
         self._open = (values, shapes)
         if len(shapes) > len(values):
             self.close()

@@ -17,7 +17,8 @@ def test_all_lists_exactly_the_public_api():
         "Dataset", "DataLoader", "RaggedDataset", "Zrecord", "ZrecordError",
         "ZrecordIndexError", "StoreBusyError", "StoreNotFoundError", "NotAStoreError",
         "CorruptStoreError", "InvalidArgumentError", "BufferTooSmallError",
-        "RecordTooLargeError", "StoreFullError", "StoreIOError", "StoreMemoryError",
+        "RecordTooLargeError", "StoreFullError", "StoreIOError", "StoreReadOnlyError",
+        "StoreMemoryError",
         "Sampler", "MAX_RECORD_LEN", "__version__",
     ]
     for name in loaderx.__all__:

@@ -5,7 +5,8 @@
 //! Loader and sampler errors become the matching built-in exception.
 
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyIndexError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError,
+    PyFileNotFoundError, PyIndexError, PyMemoryError, PyOSError, PyPermissionError, PyRuntimeError,
+    PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -45,9 +46,10 @@ pub(crate) mod kind {
     pub const NOT_FOUND: usize = 8;
     pub const INVALID: usize = 9;
     pub const BUSY: usize = 10;
+    pub const READ_ONLY: usize = 11;
 }
 
-const KINDS: [Kind; 11] = [
+const KINDS: [Kind; 12] = [
     Kind {
         name: "StoreMemoryError",
         parent: None,
@@ -130,6 +132,14 @@ const KINDS: [Kind; 11] = [
               compact need the only open handle, an append waited past its \
               timeout (code -10).",
     },
+    Kind {
+        name: "StoreReadOnlyError",
+        parent: Some(kind::IO),
+        builtin: Some(|py| py.get_type::<PyPermissionError>()),
+        code: code::IO,
+        doc: "A write (append, delete, compact) to a store opened read-only: with \
+              read_only=True, or on files this process may not write (code -2).",
+    },
 ];
 
 /// The classes of [`KINDS`], made once at import.
@@ -204,6 +214,7 @@ pub(crate) fn kind_of(e: &zrecord::Error) -> Option<usize> {
         E::CorruptRecord { .. } => kind::CORRUPT,
         E::InvalidArgument { .. } => kind::INVALID,
         E::Busy { .. } => kind::BUSY,
+        E::ReadOnly { .. } => kind::READ_ONLY,
         _ => return None,
     })
 }

@@ -177,18 +177,20 @@ impl Zrecord {
 #[pymethods]
 impl Zrecord {
     #[new]
-    #[pyo3(signature = (path, codec = "flate", *, create = true, checksums = false))]
+    #[pyo3(signature = (path, codec = "flate", *, create = true, checksums = false, read_only = false))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         codec: &str,
         create: bool,
         checksums: bool,
+        read_only: bool,
     ) -> PyResult<Self> {
         let codec = codec_arg(codec)?;
         let options = StoreOptions {
             create,
             checksums,
+            read_only,
             ..StoreOptions::default()
         };
         let store = py
@@ -210,6 +212,14 @@ impl Zrecord {
     #[getter]
     fn path(&self) -> &str {
         &self.path
+    }
+
+    /// Whether this handle only reads: opened with read_only=True, or on
+    /// files this process may not write (then append, delete and compact
+    /// raise StoreReadOnlyError).
+    #[getter]
+    fn read_only(&self) -> PyResult<bool> {
+        Ok(self.shared()?.read_only())
     }
 
     /// The default codec of `append`.

@@ -94,6 +94,14 @@ pub enum Error {
     /// a source range outside the source buffer, an unknown codec name).
     #[error("{path}: invalid argument: {reason}")]
     InvalidArgument { path: PathBuf, reason: String },
+
+    /// A write (append, delete, compact, creating `checksums.zr`, finishing
+    /// an interrupted delete) asked of a store this handle opened read-only:
+    /// [`crate::StoreOptions::read_only`], or a `meta.zr` or
+    /// `checksums.zr` the process may not write (file permissions, a
+    /// read-only file system).
+    #[error("{path}: store opened read-only: {reason}")]
+    ReadOnly { path: PathBuf, reason: String },
 }
 
 /// Shorthand for results of store operations.

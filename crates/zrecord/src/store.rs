@@ -30,6 +30,13 @@ pub struct StoreOptions {
     /// records already there; every gather then verifies what it decodes.
     /// A store that has the file keeps it current whatever this says.
     pub checksums: bool,
+    /// Open for reading only: every write (append, delete, compact,
+    /// creating `checksums.zr`) fails with [`Error::ReadOnly`], and a
+    /// missing store is not created. Without it a store whose `meta.zr` or
+    /// `checksums.zr` this process may not write (file permissions, a
+    /// read-only file system) is opened read-only too; [`Store::read_only`]
+    /// says which it is.
+    pub read_only: bool,
     /// Observer of every file operation, for crash and fault testing; see
     /// [`IoHook`].
     pub io_hook: Option<Arc<dyn IoHook>>,
@@ -41,6 +48,7 @@ impl Default for StoreOptions {
             create: true,
             chunk_capacity: CHUNK_CAPACITY,
             checksums: false,
+            read_only: false,
             io_hook: None,
         }
     }
@@ -52,6 +60,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("create", &self.create)
             .field("chunk_capacity", &self.chunk_capacity)
             .field("checksums", &self.checksums)
+            .field("read_only", &self.read_only)
             .field("io_hook", &self.io_hook.is_some())
             .finish()
     }
@@ -80,6 +89,8 @@ pub struct Store {
     pub(crate) cold: ColdReads,
     /// The locks this handle holds on the store; see `files/lock`.
     pub(crate) lock: StoreLock,
+    /// Why this handle may not write, when it may not.
+    read_only: Option<&'static str>,
     dir: PathBuf,
 }
 
@@ -101,23 +112,49 @@ impl Store {
                 ),
             });
         }
-        if !options.create && !dir.join(crate::files::meta_file::META_FILE_NAME).exists() {
+        let create = options.create && !options.read_only;
+        if !create && !dir.join(crate::files::meta_file::META_FILE_NAME).exists() {
             return Err(Error::NotFound { path: dir });
         }
-        let meta = MetaFile::open(&dir, options.create, options.io_hook.clone())?;
+        let hook = &options.io_hook;
+        let meta = MetaFile::open(&dir, create, options.read_only, hook.clone())?;
+        // Shared locks need no write access (an OFD read lock or a flock on
+        // a descriptor opened for reading), so a read-only handle holds the
+        // use lock as any other and a delete waits for it to close.
         let lock = StoreLock::share(meta.file(), meta.path(), &dir)?;
-        let checksums = ChecksumFile::open(&dir, options.io_hook.clone())?;
+        let read_only = !meta.writable() || options.read_only;
+        let checksums = ChecksumFile::open(&dir, read_only, hook.clone())?;
+        let read_only = if options.read_only {
+            Some("it was asked for (read_only)")
+        } else if !meta.writable() {
+            Some("this process may not write meta.zr")
+        } else if checksums.as_ref().is_some_and(|c| !c.writable()) {
+            Some("this process may not write checksums.zr")
+        } else {
+            None
+        };
         // Finishing an interrupted delete rewrites the table: only when
         // nobody else has the store open (else they finish it). The
         // exclusive lock is tried only when there is a journal: held even
         // briefly, it makes other handles' opens fail as busy.
         if crate::files::delete_journal::journal_path(&dir).exists() {
+            if let Some(why) = read_only {
+                // The table may be half rewritten (a record in two slots,
+                // another in none): reading it would give wrong records.
+                return Err(Error::ReadOnly {
+                    path: dir,
+                    reason: format!(
+                        "{why}, and a delete was interrupted (delete.journal): open \
+                         the store once with write access to finish it before reading"
+                    ),
+                });
+            }
             if let Ok(_sole) = lock.exclusive() {
                 crate::files::delete_journal::recover(&dir, &meta, checksums.as_ref())?;
             }
         }
         let mut store = Store {
-            chunks: ChunkFiles::new(&dir, options.io_hook.clone()),
+            chunks: ChunkFiles::new(&dir, read_only.is_some(), hook.clone()),
             verify_reads: options.checksums,
             checksums,
             meta,
@@ -127,6 +164,7 @@ impl Store {
             chunk_limit: options.chunk_capacity.min(u32::MAX as u64),
             cold: ColdReads::default(),
             lock,
+            read_only,
             dir,
         };
         if options.checksums && store.checksums.is_none() {
@@ -138,6 +176,7 @@ impl Store {
     /// Creates `checksums.zr` for a store that has none, from the records'
     /// current bytes (which are thereby trusted as they are).
     fn start_checksums(&mut self, hook: crate::files::io_hook::Hook) -> Result<()> {
+        self.may_write("create checksums.zr")?;
         let _sole = self.lock.exclusive()?;
         let mut scratch = Vec::new();
         let existing = (0..self.len())
@@ -155,6 +194,25 @@ impl Store {
     /// The store's directory.
     pub fn path(&self) -> &Path {
         &self.dir
+    }
+
+    /// Whether this handle only reads: opened with
+    /// [`StoreOptions::read_only`], or on files this process may not write.
+    pub fn read_only(&self) -> bool {
+        self.read_only.is_some()
+    }
+
+    /// Refuses `what`, a write, on a read-only handle, naming the store and
+    /// why it is read-only. Every write calls this before it touches a lock
+    /// or a file.
+    pub(crate) fn may_write(&self, what: &str) -> Result<()> {
+        match self.read_only {
+            None => Ok(()),
+            Some(why) => Err(Error::ReadOnly {
+                path: self.dir.clone(),
+                reason: format!("cannot {what}: {why}"),
+            }),
+        }
     }
 
     /// Number of live records; they are exactly the indices `0..len()`.

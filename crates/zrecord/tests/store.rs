@@ -301,3 +301,69 @@ fn meta_file_bytes_follow_the_documented_layout() {
         .unwrap();
     assert_eq!((n, &out[..]), (4096, &rec[..]));
 }
+
+/// A store opened read-only (the option; a store on files this process may
+/// not write opens the same way, tested in tests/python/test_read_only.py
+/// with privileges dropped) reads as any other, holds the shared use lock,
+/// and refuses every write with `ReadOnly`, touching nothing. With a delete
+/// journal left behind it refuses to open: the table may be half rewritten.
+#[test]
+fn a_read_only_store_reads_and_refuses_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.zr");
+    let mut rng = Rng(7);
+    let recs = records(&mut rng, 40, 300);
+    let checked = zrecord::StoreOptions {
+        checksums: true,
+        ..small_chunks(4096)
+    };
+    append_all(
+        &Store::open_with(&path, &checked).unwrap(),
+        &recs,
+        Codec::Lz4,
+    );
+    let read_only = zrecord::StoreOptions {
+        read_only: true,
+        ..checked.clone()
+    };
+    let mut store = Store::open_with(&path, &read_only).unwrap();
+    assert!(store.read_only());
+    assert_eq!(read_all(&store), recs);
+    let refused = |e: zrecord::Error, what: &str| {
+        let message = e.to_string();
+        assert!(matches!(e, zrecord::Error::ReadOnly { .. }), "{message}");
+        assert!(message.contains("store opened read-only") && message.contains(what));
+    };
+    refused(
+        store.append(&[b"x"], &opts(Codec::Raw)).unwrap_err(),
+        "append",
+    );
+    refused(store.delete(&[0]).unwrap_err(), "delete");
+    refused(store.compact().unwrap_err(), "compact");
+    assert_eq!(read_all(&store), recs);
+
+    // A writer may open beside it; a delete waits for the reader to close.
+    let mut writer = Store::open_with(&path, &checked).unwrap();
+    assert!(!writer.read_only());
+    assert!(matches!(
+        writer.delete(&[0]),
+        Err(zrecord::Error::Busy { .. })
+    ));
+    drop(store);
+    writer.delete(&[0]).unwrap();
+    drop(writer);
+
+    // No store is created read-only.
+    let missing = Store::open_with(dir.path().join("none"), &read_only);
+    assert!(matches!(missing, Err(zrecord::Error::NotFound { .. })));
+    assert!(!dir.path().join("none").exists());
+
+    std::fs::write(path.join("delete.journal"), b"left by a crash").unwrap();
+    let e = Store::open_with(&path, &read_only).err().unwrap();
+    assert!(
+        matches!(e, zrecord::Error::ReadOnly { .. }) && e.to_string().contains("delete.journal")
+    );
+    assert!(path.join("delete.journal").exists(), "left for a writer");
+    Store::open_with(&path, &checked).unwrap();
+    assert!(!path.join("delete.journal").exists());
+}

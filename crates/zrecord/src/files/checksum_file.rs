@@ -3,15 +3,15 @@
 //! docs/FORMAT.md, "Checksums"). loaderx 0.5.0 ignores the file, so format
 //! v1 stays readable there.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use memmap2::MmapRaw;
+use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
-use crate::files::os::{create_once, read_exact_at};
+use crate::files::os::{create_once, open_existing, read_exact_at};
 use crate::format::checksums::{
     checksum_header, checksum_header_is_valid, checksum_slot_offset, Checksum, CHECKSUM_FILE_LEN,
     CHECKSUM_HEADER_LEN, CHECKSUM_SLOT_LEN,
@@ -26,15 +26,19 @@ pub(crate) struct ChecksumFile {
     path: PathBuf,
     file: File,
     map: MmapRaw,
+    /// Whether the file is open and mapped for writing; when it is not,
+    /// nothing may call `set` (the store checks before every write).
+    writable: bool,
     hook: Hook,
 }
 
 impl ChecksumFile {
-    /// Opens the sidecar of the store in `dir`, if it has one.
-    pub fn open(dir: &Path, hook: Hook) -> Result<Option<ChecksumFile>> {
+    /// Opens the sidecar of the store in `dir`, if it has one: for writing
+    /// unless `read_only` is set or the system refuses it.
+    pub fn open(dir: &Path, read_only: bool, hook: Hook) -> Result<Option<ChecksumFile>> {
         let path = dir.join(CHECKSUM_FILE_NAME);
-        let file = match OpenOptions::new().read(true).write(true).open(&path) {
-            Ok(file) => file,
+        let (file, writable) = match open_existing(&path, read_only) {
+            Ok(opened) => opened,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_error(&path)(e)),
         };
@@ -54,11 +58,17 @@ impl ChecksumFile {
                 reason: "checksums.zr has a bad magic or an unknown version".into(),
             });
         }
-        let map = MmapRaw::map_raw(&file).map_err(io_error(&path))?;
+        let map = if writable {
+            MmapRaw::map_raw(&file)
+        } else {
+            MmapOptions::new().map_raw_read_only(&file)
+        };
+        let map = map.map_err(io_error(&path))?;
         Ok(Some(ChecksumFile {
             path,
             file,
             map,
+            writable,
             hook,
         }))
     }
@@ -73,7 +83,12 @@ impl ChecksumFile {
             let slots: Vec<u8> = existing.iter().flat_map(|c| c.to_bytes()).collect();
             file.write_all(&slots)
         })?;
-        Ok(ChecksumFile::open(dir, hook)?.expect("just created"))
+        Ok(ChecksumFile::open(dir, false, hook)?.expect("just created"))
+    }
+
+    /// Whether the file is open and mapped for writing.
+    pub fn writable(&self) -> bool {
+        self.writable
     }
 
     pub fn get(&self, index: usize) -> Checksum {

@@ -17,7 +17,7 @@ use memmap2::{Mmap, MmapOptions};
 
 use crate::error::{io_error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
-use crate::files::os::{sync_dir, write_all_at};
+use crate::files::os::{may_not_write, sync_dir, write_all_at};
 use crate::format::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
 
 /// How much of a record `prefetch` asks for: decoders read a record's start
@@ -50,14 +50,31 @@ pub(crate) struct ChunkFile {
 }
 
 impl ChunkFile {
-    fn open(id: u16, path: PathBuf, create: bool, hook: Hook) -> Result<ChunkFile> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false)
-            .open(&path)
-            .map_err(io_error(&path))?;
+    /// Opens chunk `id` at `path`, creating it when `create` is set; for
+    /// reading only when `read_only` is set, or when the file may not be
+    /// written and is not to be created (a write then fails as I/O).
+    fn open(
+        id: u16,
+        path: PathBuf,
+        create: bool,
+        read_only: bool,
+        hook: Hook,
+    ) -> Result<ChunkFile> {
+        let opened = if read_only {
+            File::open(&path)
+        } else {
+            let writing = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(create)
+                .truncate(false)
+                .open(&path);
+            match writing {
+                Err(e) if !create && may_not_write(&e) => File::open(&path),
+                opened => opened,
+            }
+        };
+        let file = opened.map_err(io_error(&path))?;
         let size = file.metadata().map_err(io_error(&path))?.len();
         // SAFETY: the mapping is read-only and shared; bytes of committed
         // records are never rewritten while readers may see them (only
@@ -188,12 +205,15 @@ pub(crate) struct ChunkFiles {
     hook: Hook,
     slots: Box<[OnceLock<ChunkFile>]>,
     opening: Mutex<()>,
+    /// Open every chunk for reading only (a read-only store).
+    read_only: bool,
 }
 
 impl ChunkFiles {
-    pub fn new(dir: &Path, hook: Hook) -> ChunkFiles {
+    pub fn new(dir: &Path, read_only: bool, hook: Hook) -> ChunkFiles {
         ChunkFiles {
             dir: dir.to_path_buf(),
+            read_only,
             hook,
             slots: (0..MAX_CHUNKS).map(|_| OnceLock::new()).collect(),
             opening: Mutex::new(()),
@@ -234,7 +254,7 @@ impl ChunkFiles {
         if is_new {
             announce(&self.hook, &path, IoEvent::ChunkCreate { chunk: id })?;
         }
-        let chunk = ChunkFile::open(id, path, create, self.hook.clone())?;
+        let chunk = ChunkFile::open(id, path, create, self.read_only, self.hook.clone())?;
         if is_new {
             // A new file's directory entry is durable only once the directory
             // is synced; the records it will hold depend on it.

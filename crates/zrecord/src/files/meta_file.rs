@@ -6,16 +6,16 @@
 //! the length itself is an atomic in the mapping, stored with release ordering
 //! after the entries it covers.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use memmap2::MmapRaw;
+use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
-use crate::files::os::create_once;
+use crate::files::os::{create_once, open_existing};
 use crate::format::header::{
     Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET, TAIL_OFFSET_OFFSET,
 };
@@ -30,22 +30,23 @@ pub(crate) struct MetaFile {
     path: PathBuf,
     file: File,
     map: MmapRaw,
+    /// Whether the file is open and mapped for writing; when it is not,
+    /// nothing may write the mapping (the store checks before every write).
+    writable: bool,
     hook: Hook,
 }
 
 impl MetaFile {
     /// Opens `dir/meta.zr`, creating the directory and a fresh file when
-    /// `create` is set and the file is missing.
-    pub fn open(dir: &Path, create: bool, hook: Hook) -> Result<MetaFile> {
+    /// `create` is set and the file is missing. It is opened for writing
+    /// unless `read_only` is set or the system refuses it (no permission, a
+    /// read-only file system): see [`MetaFile::writable`].
+    pub fn open(dir: &Path, create: bool, read_only: bool, hook: Hook) -> Result<MetaFile> {
         let path = dir.join(META_FILE_NAME);
         if create && !path.exists() {
             create_meta_file(dir)?;
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io_error(&path))?;
+        let (file, writable) = open_existing(&path, read_only).map_err(io_error(&path))?;
         let size = file.metadata().map_err(io_error(&path))?.len();
         if size != META_FILE_LEN as u64 {
             return Err(Error::NotAStore {
@@ -55,11 +56,17 @@ impl MetaFile {
                 ),
             });
         }
-        let map = MmapRaw::map_raw(&file).map_err(io_error(&path))?;
+        let map = if writable {
+            MmapRaw::map_raw(&file)
+        } else {
+            MmapOptions::new().map_raw_read_only(&file)
+        };
+        let map = map.map_err(io_error(&path))?;
         let meta = MetaFile {
             path,
             file,
             map,
+            writable,
             hook,
         };
         meta.validate_header()?;
@@ -111,6 +118,11 @@ impl MetaFile {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the file is open and mapped for writing.
+    pub fn writable(&self) -> bool {
+        self.writable
     }
 
     pub fn hook(&self) -> &Hook {

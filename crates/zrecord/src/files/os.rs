@@ -9,6 +9,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{io_error, Result};
 
+/// Opens the existing file `path` for reading and, unless `read_only` is
+/// set or the system refuses it ([`may_not_write`]), for writing. The flag
+/// says whether it is open for writing.
+pub(crate) fn open_existing(path: &Path, read_only: bool) -> io::Result<(File, bool)> {
+    if !read_only {
+        match fs::OpenOptions::new().read(true).write(true).open(path) {
+            Ok(file) => return Ok((file, true)),
+            Err(e) if may_not_write(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((File::open(path)?, false))
+}
+
+/// Whether `e` says the file may be read but not written: no write
+/// permission (EACCES; EPERM under some security modules) or a read-only
+/// file system (EROFS).
+pub(crate) fn may_not_write(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
+    )
+}
+
 /// Reads exactly `buf.len()` bytes at `offset`, without using (on Unix) or
 /// regardless of (on Windows) the file's cursor.
 pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {

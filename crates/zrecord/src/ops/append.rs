@@ -182,6 +182,7 @@ impl Store {
 
     /// Appends `batch` as one commit; returns the index of its first record.
     fn commit(&self, batch: Batch<'_>, options: &AppendOptions) -> Result<u32> {
+        self.may_write("append")?;
         let n = batch.count();
         if n > MAX_RECORDS {
             return Err(self.full(self.meta.length(), n));

@@ -62,6 +62,7 @@ impl Store {
     /// [`Store::compact_some`], waiting up to `wait` for the other handles
     /// of the store to close (the others fail at once while any is open).
     pub fn compact_within(&mut self, max_moves: u64, wait: Duration) -> Result<CompactReport> {
+        self.may_write("compact")?;
         let _sole = self.lock.exclusive_within(&Deadline::after(wait))?;
         let before = self.stats();
         let header = self.meta.header();

@@ -28,6 +28,7 @@ impl Store {
     /// [`Store::delete`], waiting up to `wait` for the other handles of the
     /// store to close.
     pub fn delete_within(&mut self, idxs: &[u64], wait: Duration) -> Result<()> {
+        self.may_write("delete")?;
         if idxs.is_empty() {
             return Ok(());
         }
