@@ -65,6 +65,9 @@ class StoreBusyError(ZrecordError):
 class StoreReadOnlyError(StoreIOError, PermissionError):
     """A write (append, delete, compact) to a store opened read-only (code -2)."""
 
+class StoreForkedError(ZrecordError):
+    """A write through a store handle that a forked child inherited (code -11)."""
+
 @final
 class Zrecord:
     """A persistent store of byte records (the Zrecord engine)."""

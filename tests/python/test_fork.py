@@ -114,3 +114,95 @@ def test_multiprocessing_fork_pool(small, tmp_path):
             crcs = pool.map(_gather_crc, [(str(tmp_path / "data.zr"), c) for c in chunks])
     assert got == [data[c].tobytes() for c in chunks]
     assert crcs == [zlib.crc32(data[c].tobytes()) for c in chunks]
+
+
+def _forked_error(call, pid):
+    """Whether `call()` raises StoreForkedError naming the opener `pid`."""
+    from loaderx import StoreForkedError
+    try:
+        call()
+    except StoreForkedError as e:
+        return f"opened in process {pid}" in str(e) and "open it again" in str(e)
+    return False
+
+
+def test_a_child_forked_during_an_append_is_refused_at_once(tmp_path):
+    """The writer mutex may be copied held by the appending thread, which the
+    child does not have: the child's append must refuse before touching it,
+    not block forever."""
+    import threading
+    from loaderx import Zrecord
+    z = Zrecord(tmp_path / "s.zr", "raw")
+    stop = threading.Event()
+    big = np.zeros(1 << 20, np.uint8)
+
+    def appender():
+        while not stop.is_set():
+            z.append(big, 256, 4096, durable=True)
+
+    parent = os.getpid()
+    thread = threading.Thread(target=appender)
+    thread.start()
+    try:
+        time.sleep(0.05)
+        codes = [run_in_child(lambda: _forked_error(lambda: z.append(b"x" * 8, 1, 8),
+                                                    parent), timeout=10.0)
+                 for _ in range(3)]
+    finally:
+        stop.set()
+        thread.join()
+    assert codes == [0, 0, 0]
+    z.close()
+
+
+def test_parent_and_child_appending_after_fork_lose_nothing(tmp_path):
+    from loaderx import Zrecord
+    z = Zrecord(tmp_path / "s.zr", "raw")
+    z.append(np.zeros(8, np.uint8), 1, 8)
+    parent = os.getpid()
+
+    def child():
+        refused = _forked_error(lambda: z.append(np.ones(8, np.uint8), 1, 8), parent)
+        # A new handle in the child is its own: it appends normally.
+        with Zrecord(tmp_path / "s.zr", "raw") as own:
+            own.append(np.full(8, 2, np.uint8), 1, 8)
+        return refused
+
+    pid_code = run_in_child(child)
+    for i in range(200):
+        z.append(np.full(8, 3, np.uint8), 1, 8)
+    assert pid_code == 0
+    got = np.zeros((len(z), 8), np.uint8)
+    z.gather(np.arange(len(z)), got, 8)
+    assert len(z) == 202 and sorted(got[:, 0].tolist()) == [0, 2] + [3] * 200
+    z.close()
+
+
+def test_a_child_cannot_delete_under_its_parents_loader(small):
+    ds, ls, data, _ = small
+    loader = DataLoader(ds, ls, num_workers=2, batch_size=16, mode=0)
+    next(loader)
+    parent = os.getpid()
+
+    def child():
+        return (_forked_error(lambda: ds.delete([0]), parent)
+                and _forked_error(ds.compact, parent)
+                and ds[5].tobytes() == data[5].tobytes())  # reads go on
+
+    assert run_in_child(child) == 0
+    assert len(ds) == len(data) and next(loader)["data"].tobytes() == data[16:32].tobytes()
+    loader.close()
+
+
+def test_datasets_opened_anew_in_the_child_work_normally(small, tmp_path):
+    ds, _, data, _ = small
+
+    def child():
+        with Dataset(ds.path) as mine:
+            with DataLoader(mine, num_workers=2, batch_size=16, mode=0) as loader:
+                first = next(loader)["data"].tobytes() == data[:16].tobytes()
+        Dataset.write(tmp_path / "new", data[:10])
+        with Dataset(tmp_path / "new") as new:
+            new.delete([0])
+            return first and len(new) == 9
+    assert run_in_child(child) == 0

@@ -18,7 +18,7 @@ def test_all_lists_exactly_the_public_api():
         "ZrecordIndexError", "StoreBusyError", "StoreNotFoundError", "NotAStoreError",
         "CorruptStoreError", "InvalidArgumentError", "BufferTooSmallError",
         "RecordTooLargeError", "StoreFullError", "StoreIOError", "StoreReadOnlyError",
-        "StoreMemoryError",
+        "StoreForkedError", "StoreMemoryError",
         "Sampler", "MAX_RECORD_LEN", "__version__",
     ]
     for name in loaderx.__all__:

@@ -47,9 +47,10 @@ pub(crate) mod kind {
     pub const INVALID: usize = 9;
     pub const BUSY: usize = 10;
     pub const READ_ONLY: usize = 11;
+    pub const FORKED: usize = 12;
 }
 
-const KINDS: [Kind; 12] = [
+const KINDS: [Kind; 13] = [
     Kind {
         name: "StoreMemoryError",
         parent: None,
@@ -140,6 +141,14 @@ const KINDS: [Kind; 12] = [
         doc: "A write (append, delete, compact) to a store opened read-only: with \
               read_only=True, or on files this process may not write (code -2).",
     },
+    Kind {
+        name: "StoreForkedError",
+        parent: None,
+        builtin: None,
+        code: code::OTHER,
+        doc: "A write (append, delete, compact) through a store handle that a forked \
+              child inherited: open the store again in the child (code -11).",
+    },
 ];
 
 /// The classes of [`KINDS`], made once at import.
@@ -215,6 +224,7 @@ pub(crate) fn kind_of(e: &zrecord::Error) -> Option<usize> {
         E::InvalidArgument { .. } => kind::INVALID,
         E::Busy { .. } => kind::BUSY,
         E::ReadOnly { .. } => kind::READ_ONLY,
+        E::ForkedHandle { .. } => kind::FORKED,
         _ => return None,
     })
 }

@@ -100,6 +100,9 @@ impl Zrecord {
         wait: Duration,
         f: impl FnOnce(&mut Store, Duration) -> zrecord::Result<R> + Send,
     ) -> PyResult<R> {
+        // In a forked child this handle may not write, whoever else holds
+        // it (the parent's loader, copied): say so rather than "busy".
+        self.shared()?.same_process(what).map_err(error::engine)?;
         let start = Instant::now();
         let mut pause = Duration::from_micros(50);
         let store = loop {

@@ -102,6 +102,22 @@ pub enum Error {
     /// read-only file system).
     #[error("{path}: store opened read-only: {reason}")]
     ReadOnly { path: PathBuf, reason: String },
+
+    /// A call that takes a lock or a mutex (append, delete, compact, sync,
+    /// stats) on a handle that a forked child inherited: its locks belong
+    /// to the open file descriptions it shares with the process that opened
+    /// it, and its mutexes may have been copied while held. Reads go on;
+    /// docs/reliability.md, "Forks".
+    #[error(
+        "{path}: this store was opened in process {owner}; open it again in this \
+         process ({current}) to {what}"
+    )]
+    ForkedHandle {
+        path: PathBuf,
+        owner: u32,
+        current: u32,
+        what: String,
+    },
 }
 
 /// Shorthand for results of store operations.

@@ -1,7 +1,7 @@
 //! The store: opening a directory, and the small read-only queries.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::exec::cold_reads::ColdReads;
@@ -91,6 +91,12 @@ pub struct Store {
     pub(crate) lock: StoreLock,
     /// Why this handle may not write, when it may not.
     read_only: Option<&'static str>,
+    /// The process that opened the store. A forked child inherits the
+    /// handle with the parent's open file descriptions, so the parent's
+    /// locks, and its mutexes as they were at the fork, perhaps held by a
+    /// thread the child does not have: the child may read, never write
+    /// (docs/reliability.md, "Forks").
+    owner: u32,
     dir: PathBuf,
 }
 
@@ -165,6 +171,7 @@ impl Store {
             cold: ColdReads::default(),
             lock,
             read_only,
+            owner: std::process::id(),
             dir,
         };
         if options.checksums && store.checksums.is_none() {
@@ -202,10 +209,12 @@ impl Store {
         self.read_only.is_some()
     }
 
-    /// Refuses `what`, a write, on a read-only handle, naming the store and
-    /// why it is read-only. Every write calls this before it touches a lock
-    /// or a file.
+    /// Refuses `what`, a write, in a forked child of the process that
+    /// opened the store, and on a read-only handle, naming the store and
+    /// why. Every write calls this before it touches a lock, a mutex or a
+    /// file.
     pub(crate) fn may_write(&self, what: &str) -> Result<()> {
+        self.same_process(what)?;
         match self.read_only {
             None => Ok(()),
             Some(why) => Err(Error::ReadOnly {
@@ -213,6 +222,32 @@ impl Store {
                 reason: format!("cannot {what}: {why}"),
             }),
         }
+    }
+
+    /// Refuses `what` in a process other than the one that opened the
+    /// store (a forked child): [`Error::ForkedHandle`]. One `getpid` call.
+    pub fn same_process(&self, what: &str) -> Result<()> {
+        let current = std::process::id();
+        if current == self.owner {
+            return Ok(());
+        }
+        Err(Error::ForkedHandle {
+            path: self.dir.clone(),
+            owner: self.owner,
+            current,
+            what: what.to_string(),
+        })
+    }
+
+    /// The writer mutex, held; `None` in a forked child, which may have
+    /// inherited it locked by a thread it does not have, and needs it not:
+    /// the child never appends through this handle, and the parent's
+    /// appends are another process's, which the mutex never guarded.
+    pub(crate) fn writer_lock(&self) -> Option<MutexGuard<'_, ()>> {
+        if std::process::id() != self.owner {
+            return None;
+        }
+        Some(self.writer.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Number of live records; they are exactly the indices `0..len()`.
@@ -263,7 +298,7 @@ impl Store {
 
     /// Flushes every chunk file and `meta.zr` to stable storage.
     pub fn sync(&self) -> Result<()> {
-        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _writer = self.writer_lock();
         for chunk in self.chunks.opened() {
             chunk.sync_data()?;
         }

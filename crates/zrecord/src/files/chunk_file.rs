@@ -245,6 +245,20 @@ impl ChunkFiles {
         if let Some(chunk) = slot.get() {
             return Ok(chunk);
         }
+        if !create {
+            // A read opens without the mutex: two threads opening the same
+            // file at once is harmless (the first to finish is kept), and a
+            // forked child, which may have inherited the mutex locked by a
+            // thread it does not have, reads on.
+            let chunk = ChunkFile::open(
+                id,
+                self.path_of(id),
+                false,
+                self.read_only,
+                self.hook.clone(),
+            )?;
+            return Ok(slot.get_or_init(|| chunk));
+        }
         let _guard = self.opening.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(chunk) = slot.get() {
             return Ok(chunk);

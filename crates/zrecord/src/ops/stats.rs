@@ -20,7 +20,7 @@ pub struct Stats {
 impl Store {
     /// Reports storage usage. Waits for appends in flight.
     pub fn stats(&self) -> Stats {
-        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _writer = self.writer_lock();
         let header = self.meta.header();
         let live_bytes = (0..header.length as usize)
             .map(|i| self.meta.entry(i).phys_length as u64)
