@@ -3,6 +3,8 @@ handles, and the error codes they raise."""
 
 import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -309,3 +311,32 @@ def test_a_delete_waits_for_the_other_handles_up_to_its_timeout(tmp_path):
     threading.Timer(0.1, other.close).start()
     z.delete([0], timeout=60)
     assert len(z) == 3
+
+
+TRUNCATED_READER = """
+import os, sys
+import numpy as np
+import loaderx
+from loaderx import Dataset
+
+path, victim = sys.argv[1], sys.argv[2]
+Dataset.write(path, np.arange(40000, dtype=np.int32).reshape(100, 400), codec="raw")
+ds = Dataset(path)
+assert ds[:].sum() == np.arange(40000).sum()  # every page mapped and read
+os.truncate(os.path.join(path, victim), 100)  # another program, say
+try:
+    ds[np.arange(100)]
+except (loaderx.CorruptStoreError, loaderx.NotAStoreError) as e:
+    assert victim in str(e) and "100 bytes" in str(e), e
+    print("refused:", e)
+"""
+
+
+@pytest.mark.parametrize("victim", ["0.zr", "meta.zr"])
+def test_a_file_truncated_behind_an_open_store_is_an_error_not_sigbus(tmp_path, victim):
+    """Read in a child: a SIGBUS shows as its exit status, not a dead suite."""
+    child = subprocess.run(
+        [sys.executable, "-c", TRUNCATED_READER, str(tmp_path / "ds"), victim],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert child.returncode == 0 and "refused:" in child.stdout, (child.returncode, child.stderr)

@@ -288,6 +288,7 @@ impl Store {
 
     /// Logical (decoded) sizes of the records `idxs`.
     pub fn lengths(&self, idxs: &[u64]) -> Result<Vec<u32>> {
+        self.meta.check_size()?;
         let len = self.meta.length();
         Ok(self
             .locate(idxs, len)?

@@ -120,6 +120,25 @@ impl MetaFile {
         &self.path
     }
 
+    /// Fails unless `meta.zr` is still its full size (one `fstat`): a
+    /// mapped page past the end of a file that another program truncated
+    /// would fault (SIGBUS) when read. Reads call it before they touch the
+    /// mapping; a truncation after the check is not caught
+    /// (docs/reliability.md, "Files changed behind the store").
+    pub fn check_size(&self) -> Result<()> {
+        let size = self.file.metadata().map_err(io_error(&self.path))?.len();
+        if size == META_FILE_LEN as u64 {
+            return Ok(());
+        }
+        Err(Error::NotAStore {
+            path: self.path.clone(),
+            reason: format!(
+                "meta.zr is {size} bytes now, the format needs exactly {META_FILE_LEN}: \
+                 truncated while the store was open?"
+            ),
+        })
+    }
+
     /// Whether the file is open and mapped for writing.
     pub fn writable(&self) -> bool {
         self.writable

@@ -108,9 +108,11 @@ impl Store {
     /// Gathers records `idxs` into `dst`, record `k` at byte `k * stride`.
     /// Bytes of a slot past its record's length are set to zero.
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+        self.meta.check_size()?;
         let len = self.meta.length();
         // Checked, then decoded from: the table is not read again (`locate`).
         let locs = self.locate(idxs, len)?;
+        self.check_chunk_sizes(idxs, &locs)?;
         let mut total = 0u64;
         for (k, loc) in locs.iter().enumerate() {
             let logic = loc.logic_length as u64;
@@ -169,10 +171,12 @@ impl Store {
                 offsets.len()
             )));
         }
+        self.meta.check_size()?;
         let len = self.meta.length();
         // Checked, then decoded from: the table is not read again (`locate`),
         // so the lengths that were proven to fit are the lengths written.
         let locs = self.locate(idxs, len)?;
+        self.check_chunk_sizes(idxs, &locs)?;
         let mut total = 0u64;
         let mut ordered = true;
         let mut prev_end = 0u64;
@@ -209,6 +213,46 @@ impl Store {
         self.run_batch(&locs, total, &|range| {
             block(&idxs[range.clone()], &locs[range.clone()], &offsets[range])
         })
+    }
+
+    /// Checks, with one `fstat` per distinct chunk, that every chunk file
+    /// the batch `locs` reads still holds its records' bytes: a file that
+    /// another program truncated while the store was open would otherwise
+    /// fault (SIGBUS) on the first mapped page past its new end. A
+    /// truncation *during* the gather is not caught (docs/reliability.md,
+    /// "Files changed behind the store"). A chunk that does not open is
+    /// left to the decode, which reports it as before.
+    fn check_chunk_sizes(&self, idxs: &[u64], locs: &[RecordLoc]) -> Result<()> {
+        // (chunk, position of the record that ends last in it, its end)
+        let mut last: Vec<(u16, usize, u64)> = Vec::new();
+        for (k, loc) in locs.iter().enumerate() {
+            let end = loc.offset as u64 + loc.phys_length as u64;
+            match last.iter_mut().find(|l| l.0 == loc.chunk_id) {
+                Some(l) if end > l.2 => *l = (loc.chunk_id, k, end),
+                Some(_) => {}
+                None => last.push((loc.chunk_id, k, end)),
+            }
+        }
+        for (chunk_id, k, end) in last {
+            let Ok(chunk) = self.chunks.get(chunk_id) else {
+                continue;
+            };
+            let size = chunk.file_len()?;
+            if end > size {
+                return Err(Error::CorruptRecord {
+                    path: self.path().to_path_buf(),
+                    index: idxs[k],
+                    chunk: chunk_id,
+                    offset: locs[k].offset,
+                    reason: format!(
+                        "its bytes end at {end}, but {} is {size} bytes: truncated while \
+                         the store was open?",
+                        chunk.path().display()
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Runs the shards of a batch of `work` (see [`sharded`]), asking for
