@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ._native import MAX_RECORD_LEN, Zrecord
+from ._native import MAX_RECORD_LEN, InvalidArgumentError, Zrecord
 from .dataset_base import WRITE_CHUNK_BYTES, DatasetBase
 from .indexing import int_key, leading_key, position, positions, slice_positions
 from .schema_file import CODECS  # noqa: F401 - loaderx.dataset.CODECS
@@ -111,10 +111,12 @@ class Dataset(DatasetBase):
 
     def _check_sizes(self, idxs: np.ndarray) -> None:
         """ValueError unless records `idxs` (uint64) all hold one sample of
-        the schema's size. The store's fixed-stride gather zero-pads a
-        shorter record (0.5.0's contract), so a schema.json that describes
-        larger samples than the records would otherwise read as padded
-        values, silently. A table read per index, no record data."""
+        the schema's size, naming the first that does not. A schema.json
+        that describes larger samples than the records would otherwise read
+        as zero-padded values (the store's plain fixed-stride gather pads,
+        0.5.0's contract); reads use the exact gather, which refuses such a
+        record, and come here only to say which one. A table read per
+        index, no record data."""
         lens = self._zr().lengths(idxs)
         bad = np.flatnonzero(lens != self._itemsize)
         if bad.size:
@@ -129,8 +131,11 @@ class Dataset(DatasetBase):
         """The samples at int64 positions `pos` (non-negative), stacked in
         the shape of `pos`."""
         idxs = pos.reshape(-1).view(np.uint64)
-        self._check_sizes(idxs)
-        flat = self._zr().gather_array(idxs, self._itemsize)
+        try:
+            flat = self._zr().gather_array(idxs, self._itemsize, exact=True)
+        except InvalidArgumentError:
+            self._check_sizes(idxs)  # names the sample and both sizes
+            raise
         return flat.view(self.dtype).reshape(*pos.shape, *self.shape)
 
     def __getitem__(self, key: Any) -> Any:

@@ -8,7 +8,7 @@ import pytest
 
 import loaderx
 from conftest import array_of, compressible, same_bytes
-from loaderx import MAX_RECORD_LEN, Dataset, Zrecord, ZrecordError
+from loaderx import MAX_RECORD_LEN, DataLoader, Dataset, Zrecord, ZrecordError
 from loaderx import dataset as dataset_module
 
 CODECS = ["raw", "flate", "lz4", "zstd"]
@@ -351,6 +351,10 @@ def test_a_schema_whose_samples_differ_from_the_records_is_refused(tmp_path):
             ds[key]
     with pytest.raises(ValueError, match="sample 5"):
         ds.__getitems__([5])
+    # The loader's native gathers refuse it too, rather than pad it.
+    with DataLoader({"x": ds}, batch_size=6, mode=0) as loader:
+        with pytest.raises(ValueError, match="record 5 is 8 bytes, not the 48"):
+            next(loader)
     ds.close()
 
 

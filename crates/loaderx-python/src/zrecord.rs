@@ -282,12 +282,16 @@ impl Zrecord {
     ///
     /// The array's memory is recycled from batches that are no longer
     /// referenced (a few per size, 256 MiB at most), so it comes already
-    /// mapped: the fast way to read batch after batch.
+    /// mapped: the fast way to read batch after batch. With `exact`, every
+    /// record must be exactly `stride` bytes (InvalidArgumentError, before
+    /// anything is read) instead of being zero-padded.
+    #[pyo3(signature = (idxs, stride, *, exact = false))]
     fn gather_array<'py>(
         &self,
         py: Python<'py>,
         idxs: &Bound<'py, PyAny>,
         stride: &Bound<'py, PyAny>,
+        exact: bool,
     ) -> PyResult<Bound<'py, PyArray1<u8>>> {
         let stride: usize = uint(stride, "stride", usize::MAX as u64)?;
         let idxs = u64s(idxs, "idxs")?;
@@ -303,8 +307,11 @@ impl Zrecord {
             .checked_mul(stride)
             .ok_or_else(|| out_of_memory(format!("{} x {stride}", idxs.len())))?;
         let mut buffer = BatchBuffer::new(bytes).ok_or_else(|| out_of_memory(bytes.to_string()))?;
-        py.detach(|| store.gather(&idxs, &mut buffer, stride))
-            .map_err(error::engine)?;
+        py.detach(|| match exact {
+            true => store.gather_exact(&idxs, &mut buffer, stride),
+            false => store.gather(&idxs, &mut buffer, stride),
+        })
+        .map_err(error::engine)?;
         batch_array::into_array(py, buffer)
     }
 

@@ -56,7 +56,7 @@ impl Work {
                         .ok_or(LoaderError::OutOfMemory { step, bytes: len })?;
                     stream
                         .store
-                        .gather(&indices, &mut buffer, record_len)
+                        .gather_exact(&indices, &mut buffer, record_len)
                         .map_err(gather_error)?;
                     buffers.push(buffer);
                     lengths.push(None);

@@ -7,9 +7,9 @@ use zrecord::Store;
 /// How the records of a stream are laid out in a gathered buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
-    /// Records of at most this many bytes, record `k` of a batch at byte
-    /// `k * stride`. A record shorter than the stride leaves zeros after it;
-    /// a longer one is an error.
+    /// Records of exactly this many bytes, record `k` of a batch at byte
+    /// `k * stride`; a record of another length is an error
+    /// ([`zrecord::Store::gather_exact`]), never read zero-padded.
     Fixed(usize),
     /// Records of any length, packed back to back in batch order; the batch
     /// also carries every record's length ([`crate::Batch::lengths`]).

@@ -120,7 +120,7 @@ fn dropping_a_loader_releases_its_stores() {
 #[test]
 fn a_gather_error_reaches_the_consumer_at_its_step() {
     let dir = tempfile::tempdir().unwrap();
-    // Records of 48 bytes gathered with a 40-byte stride do not fit.
+    // Records of 48 bytes are not samples of a 40-byte stream.
     let streams = vec![Stream::new(store(dir.path(), "x.zr", 48, 0), 40)];
     let sampler = Sampler::new(N as u64, 4, Mode::Sequential, 0).unwrap();
     let loader = Loader::new(streams, sampler, options(2, 2)).unwrap();
@@ -128,7 +128,7 @@ fn a_gather_error_reaches_the_consumer_at_its_step() {
         Err(LoaderError::Gather {
             step: 0,
             stream: 0,
-            source: zrecord::Error::BufferTooSmall { .. },
+            source: zrecord::Error::InvalidArgument { .. },
         }) => {}
         other => panic!("expected a gather error, got {other:?}"),
     }
@@ -228,5 +228,20 @@ fn shards_of_a_step_together_are_the_unsharded_batch() {
                 .collect();
             assert_eq!(batch.buffers[stream], bytes);
         }
+    }
+}
+
+#[test]
+fn records_shorter_than_a_streams_samples_are_refused_not_padded() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = vec![Stream::new(store(dir.path(), "x.zr", 32, 0), 40)];
+    let sampler = Sampler::new(N as u64, 4, Mode::Sequential, 0).unwrap();
+    let loader = Loader::new(streams, sampler, options(1, 1)).unwrap();
+    match loader.next() {
+        Err(LoaderError::Gather {
+            source: zrecord::Error::InvalidArgument { reason, .. },
+            ..
+        }) => assert!(reason.contains("record 0 is 32 bytes"), "{reason}"),
+        other => panic!("expected the short record refused, got {other:?}"),
     }
 }

@@ -108,6 +108,19 @@ impl Store {
     /// Gathers records `idxs` into `dst`, record `k` at byte `k * stride`.
     /// Bytes of a slot past its record's length are set to zero.
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+        self.gather_slots(idxs, dst, stride, false)
+    }
+
+    /// [`Store::gather`] of records that must each be exactly `stride`
+    /// bytes, as the samples of a dataset are: a record of another length
+    /// is an [`Error::InvalidArgument`] naming it, before anything is
+    /// written, where `gather` would zero-pad it. The check costs nothing
+    /// beyond the entries `gather` reads anyway.
+    pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+        self.gather_slots(idxs, dst, stride, true)
+    }
+
+    fn gather_slots(&self, idxs: &[u64], dst: &mut [u8], stride: usize, exact: bool) -> Result<()> {
         self.meta.check_size()?;
         let len = self.meta.length();
         // Checked, then decoded from: the table is not read again (`locate`).
@@ -119,6 +132,12 @@ impl Store {
             let end = (k as u64)
                 .checked_mul(stride as u64)
                 .and_then(|start| start.checked_add(logic));
+            if exact && logic != stride as u64 {
+                return Err(self.invalid(format!(
+                    "record {} is {logic} bytes, not the {stride} of a sample",
+                    idxs[k]
+                )));
+            }
             if logic > stride as u64 {
                 return Err(self.too_small(idxs[k], logic, stride as u64));
             }
