@@ -244,9 +244,7 @@ impl Store {
     /// the child never appends through this handle, and the parent's
     /// appends are another process's, which the mutex never guarded.
     pub(crate) fn writer_lock(&self) -> Option<MutexGuard<'_, ()>> {
-        if std::process::id() != self.owner {
-            return None;
-        }
+        self.same_process("take the writer mutex").ok()?;
         Some(self.writer.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
