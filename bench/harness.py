@@ -34,6 +34,7 @@ WORKER = BENCH / "worker.py"
 #: (config name, system, codec): every store/gather configuration, in report order.
 CONFIGS = [
     ("ours-raw", "ours", "raw"),
+    ("ours-raw-unchecked", "ours_unchecked", "raw"),
     ("ours-flate", "ours", "flate"),
     ("ours-lz4", "ours", "lz4"),
     ("ours-zstd", "ours", "zstd"),
@@ -49,7 +50,7 @@ CONFIGS = [
 
 #: system -> the packages of bench/out/install.json it needs.
 NEEDS = {
-    "ours": ["loaderx (ours)"], "ref050": ["loaderx==0.5.0"], "numpy_mmap": ["numpy"],
+    "ours": ["loaderx (ours)"], "ours_unchecked": ["loaderx (ours)"], "ref050": ["loaderx==0.5.0"], "numpy_mmap": ["numpy"],
     "numpy_ram": ["numpy"], "lmdb": ["lmdb"], "h5py": ["h5py"], "arrow": ["pyarrow"],
     "arrayrecord": ["array-record", "grain"],
 }

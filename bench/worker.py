@@ -53,7 +53,7 @@ def load_system(name: str, **kw):
     from systems import MODULES
     mod = importlib.import_module(f"systems.{MODULES[name]}")
     sysobj = mod.System(name, **kw)
-    if name in ("ours", "ref050"):
+    if name in ("ours", "ours_unchecked", "ref050"):
         import importlib.metadata as md
         v = md.version("loaderx")
         # Never let one loaderx stand in for the other.

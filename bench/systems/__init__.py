@@ -6,11 +6,12 @@ import only NumPy, the standard library and its own system's package, because
 each runs in its own worker process (loaderx 0.5.0's in .ref050-venv).
 """
 
-NAMES = ("ours", "ref050", "numpy_mmap", "numpy_ram", "lmdb", "h5py", "arrow", "arrayrecord")
+NAMES = ("ours", "ours_unchecked", "ref050", "numpy_mmap", "numpy_ram", "lmdb", "h5py", "arrow", "arrayrecord")
 
 #: system name -> module name in this package (avoids shadowing the real packages).
 MODULES = {
     "ours": "loaderx_store",
+    "ours_unchecked": "loaderx_store",
     "ref050": "loaderx_store",
     "numpy_mmap": "numpy_file",
     "numpy_ram": "numpy_file",

@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use zrecord::layout::{HEADER_LEN, LENGTH_OFFSET};
-use zrecord::{AppendOptions, Codec, Store, StoreOptions};
+use zrecord::{AppendOptions, Checksums, Codec, Store, StoreOptions};
 use zrecord_fuzz::{flag, read_guarded, Image, FUZZ_CHUNK_CAPACITY};
 
 /// Creating the sidecar, compacting and verifying visit every record: for a
@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
     let options = StoreOptions {
         create: false,
         chunk_capacity: FUZZ_CHUNK_CAPACITY,
-        checksums: with_checksums(&image),
+        checksums: if with_checksums(&image) { Checksums::On } else { Checksums::Off },
         ..StoreOptions::default()
     };
     let Ok(mut store) = Store::open_with(&path, &options) else {

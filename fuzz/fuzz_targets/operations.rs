@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use zrecord::{AppendOptions, Codec, Error, IoEvent, IoHook, Store, StoreOptions};
+use zrecord::{AppendOptions, Checksums, Codec, Error, IoEvent, IoHook, Store, StoreOptions};
 use zrecord_fuzz::common::read_all;
 
 /// Fails the event whose number (from 0, counted since it was armed) is
@@ -192,7 +192,7 @@ fn run(input: Input) {
         dir: tempfile::tempdir().unwrap(),
         options: StoreOptions {
             chunk_capacity: capacity,
-            checksums: input.checksums,
+            checksums: if input.checksums { Checksums::On } else { Checksums::Off },
             io_hook: Some(hook.clone()),
             ..StoreOptions::default()
         },
@@ -379,7 +379,7 @@ fn run(input: Input) {
                         run.model.len()
                     ),
                 }
-                if run.options.checksums {
+                if run.options.checksums == Checksums::On {
                     let report = store.verify().unwrap();
                     assert!(report.bad.is_empty(), "{:?}", report.bad);
                 }
@@ -390,7 +390,7 @@ fn run(input: Input) {
     drop(store);
     let store = run.open();
     assert!(read_all(&store) == run.model);
-    if run.options.checksums {
+    if run.options.checksums == Checksums::On {
         assert!(store.verify().unwrap().bad.is_empty());
     }
 }

@@ -78,7 +78,7 @@ class Zrecord:
         codec: str = "flate",
         *,
         create: bool = True,
-        checksums: bool = False,
+        checksums: bool | None = None,
         read_only: bool = False,
     ) -> None: ...
     def __len__(self) -> int: ...

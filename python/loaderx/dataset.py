@@ -54,7 +54,7 @@ class Dataset(DatasetBase):
     _kind = "Dataset"
 
     def __init__(
-        self, path: str | os.PathLike[str], *, checksums: bool = False, read_only: bool = False
+        self, path: str | os.PathLike[str], *, checksums: bool | None = None, read_only: bool = False
     ) -> None:
         """Opens the dataset in the directory `path`.
 
@@ -62,10 +62,14 @@ class Dataset(DatasetBase):
         files (permissions, a read-only mount), it is opened for reading
         only: reads work, `delete` and `compact` raise StoreReadOnlyError.
 
-        With `checksums`, every read is checked against per-record CRC32C
-        checksums (created for the samples already there if the dataset has
-        none yet); damage then raises ZrecordError (code -7) instead of
-        returning wrong values.
+        Reads are checked against the per-record CRC32C checksums that
+        datasets written by this implementation keep: damage raises
+        CorruptStoreError (a ZrecordError, code -7) instead of returning
+        wrong values. Each sample is checked the first time this handle
+        reads it. By default (``checksums=None``) a dataset without
+        checksums (one written by loaderx 0.5.0) is read unchecked and left
+        as it is; ``checksums=True`` creates them for the samples already
+        there; ``checksums=False`` reads unchecked.
 
         Raises:
             FileNotFoundError: `path` holds no schema.json.
@@ -172,7 +176,7 @@ class Dataset(DatasetBase):
         chunk_bytes: int = WRITE_CHUNK_BYTES,
         *,
         durable: bool = True,
-        checksums: bool = False,
+        checksums: bool | None = None,
         timeout: float = 60.0,
     ) -> "Dataset":
         """Persists `array` as a dataset, one record per slice along axis 0.
@@ -186,8 +190,9 @@ class Dataset(DatasetBase):
         samples are appended to it, with the codec it records. Otherwise the
         store is created first and its schema.json written (atomically) right
         after. `durable` flushes every chunk to stable storage before the
-        next, so a power loss never leaves wrong samples behind; `checksums`
-        keeps a CRC32C per sample (see `Dataset(path, checksums=True)`).
+        next, so a power loss never leaves wrong samples behind. A new
+        dataset keeps a CRC32C per sample unless `checksums` is False
+        (see `Dataset(path, checksums=...)`).
         While another handle or process appends to the store, each append
         waits for it, up to `timeout` seconds (then StoreBusyError).
 

@@ -32,7 +32,7 @@ class DatasetBase:
     path: Path
     dtype: np.dtype
     codec: str
-    _checksums: bool
+    _checksums: bool | None
     _read_only: bool = False
     #: The open stores; None until opened and once closed.
     _open: tuple[Zrecord, ...] | None = None
@@ -78,6 +78,6 @@ class DatasetBase:
         )
 
 
-def _reopen(cls: type[_D], path: str, checksums: bool, read_only: bool = False) -> _D:
+def _reopen(cls: type[_D], path: str, checksums: bool | None, read_only: bool = False) -> _D:
     """Unpickles a dataset by opening its directory again."""
     return cls(path, checksums=checksums, read_only=read_only)  # type: ignore[call-arg]

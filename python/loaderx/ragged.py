@@ -51,7 +51,7 @@ SHAPES = "shapes.zr"
 
 
 def _open_stores(
-    path: Path, codec: str, checksums: bool, create: bool, read_only: bool = False
+    path: Path, codec: str, checksums: bool | None, create: bool, read_only: bool = False
 ) -> tuple[Zrecord, Zrecord]:
     """The values store and the shapes store of the dataset at `path`."""
     values = Zrecord(path, codec, create=create, checksums=checksums, read_only=read_only)
@@ -85,10 +85,10 @@ class RaggedDataset(DatasetBase):
     _kind = "RaggedDataset"
 
     def __init__(
-        self, path: str | os.PathLike[str], *, checksums: bool = False, read_only: bool = False
+        self, path: str | os.PathLike[str], *, checksums: bool | None = None, read_only: bool = False
     ) -> None:
-        """Opens the ragged dataset in the directory `path`; `read_only` as
-        for :class:`~loaderx.Dataset`.
+        """Opens the ragged dataset in the directory `path`; `checksums` and
+        `read_only` as for :class:`~loaderx.Dataset`.
 
         Raises:
             FileNotFoundError: `path` holds no schema.json.
@@ -195,7 +195,7 @@ class RaggedDataset(DatasetBase):
         dtype: Any = None,
         *,
         durable: bool = True,
-        checksums: bool = False,
+        checksums: bool | None = None,
         chunk_bytes: int = WRITE_CHUNK_BYTES,
         timeout: float = 60.0,
     ) -> "RaggedDataset":

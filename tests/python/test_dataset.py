@@ -146,9 +146,9 @@ def test_schema_json_is_written_as_loaderx_0_5_0_writes_it(tmp_path):
     assert json.loads((tmp_path / "lab" / "schema.json").read_text()) == {
         "format": "loaderx-zrecord", "version": 1, "dtype": "<f8", "shape": [],
         "codec": "zstd"}
-    # No temporary file is left behind.
-    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["0.zr", "meta.zr",
-                                                                   "schema.json"]
+    # No temporary file is left behind; the checksums sidecar is there.
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == [
+        "0.zr", "checksums.zr", "meta.zr", "schema.json"]
 
 
 def test_write_appends_to_a_matching_dataset(tmp_path):

@@ -33,7 +33,7 @@ def test_checksums_turn_silent_damage_into_an_error(tmp_path):
     Dataset.write(path, data, codec="raw", checksums=True).close()
     chunk, offset = _flip_middle_of_record(path, 7)
     # Without checks the damaged sample comes back wrong, silently.
-    with Dataset(path) as plain:
+    with Dataset(path, checksums=False) as plain:
         assert not np.array_equal(plain[7], data[7])
     with Dataset(path, checksums=True) as ds:
         with pytest.raises(ZrecordError) as e:
@@ -51,7 +51,7 @@ def test_verify_of_a_healthy_store_is_clean(tmp_path):
         z.append(np.arange(4000, dtype=np.uint8), 40, 100)
         z.delete([3, 9])
         z.compact()
-        assert z.verify() == {"records": 38, "checksummed": True, "bad": []}
+        assert z.verify() == {"records": 38, "checksummed": True, "unchecked": 0, "bad": []}
 
 
 def test_delete_needs_the_only_open_handle(tmp_path):
@@ -340,3 +340,26 @@ def test_a_file_truncated_behind_an_open_store_is_an_error_not_sigbus(tmp_path, 
         capture_output=True, text=True, timeout=120,
     )
     assert child.returncode == 0 and "refused:" in child.stdout, (child.returncode, child.stderr)
+
+
+@pytest.mark.parametrize("codec", ["raw", "flate"])
+def test_damage_is_never_silent_in_a_dataset_written_with_the_defaults(tmp_path, codec):
+    data = np.random.default_rng(1).integers(0, 255, size=(40, 64), dtype=np.uint8)
+    # Payload damage to sample 7; sample 9's table entry shifted by 4 bytes,
+    # which a raw record decodes without complaint.
+    path = str(tmp_path / "d.zr")
+    Dataset.write(path, data, codec=codec).close()
+    _flip_middle_of_record(path, 7)
+    with open(os.path.join(path, "meta.zr"), "r+b") as f:
+        f.seek(16 + 16 * 9)
+        offset = int.from_bytes(f.read(4), "little")
+        f.seek(16 + 16 * 9)
+        f.write((offset + 4).to_bytes(4, "little"))
+    with Dataset(path) as ds:
+        for i in (7, 9):
+            with pytest.raises(ZrecordError) as e:
+                ds[i]
+            assert e.value.code == -7 and f"record {i}" in str(e.value)
+        keep = [i for i in range(40) if i not in (7, 9)]
+        np.testing.assert_array_equal(ds[keep], data[keep])
+        assert sorted(b["index"] for b in ds.verify()["bad"]) == [7, 9]

@@ -15,7 +15,7 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use zrecord::{AppendOptions, BatchBuffer, Codec, Store, StoreOptions};
+use zrecord::{AppendOptions, BatchBuffer, Checksums, Codec, Store, StoreOptions};
 
 use crate::batch_array;
 use crate::convert::{seconds, u32s, u64s, uint, Dst, Src};
@@ -180,19 +180,23 @@ impl Zrecord {
 #[pymethods]
 impl Zrecord {
     #[new]
-    #[pyo3(signature = (path, codec = "flate", *, create = true, checksums = false, read_only = false))]
+    #[pyo3(signature = (path, codec = "flate", *, create = true, checksums = None, read_only = false))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         codec: &str,
         create: bool,
-        checksums: bool,
+        checksums: Option<bool>,
         read_only: bool,
     ) -> PyResult<Self> {
         let codec = codec_arg(codec)?;
         let options = StoreOptions {
             create,
-            checksums,
+            checksums: match checksums {
+                None => Checksums::Auto,
+                Some(true) => Checksums::On,
+                Some(false) => Checksums::Off,
+            },
             read_only,
             ..StoreOptions::default()
         };
@@ -416,8 +420,11 @@ impl Zrecord {
 
     /// Decodes every record and checks it against its checksum when the
     /// store keeps checksums. Returns a dict: records (int), checksummed
-    /// (bool) and bad, a list of dicts (index, chunk, offset, reason), one
-    /// per damaged record. Raises only when the files cannot be read.
+    /// (bool: the store keeps checksums), unchecked (int: records that a
+    /// program keeping no checksums, such as loaderx 0.5.0, wrote or moved,
+    /// read without a check) and bad, a list of dicts (index, chunk,
+    /// offset, reason), one per damaged record. Raises only when the files
+    /// cannot be read.
     fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let store = self.shared()?;
         let report = py.detach(|| store.verify()).map_err(error::engine)?;
@@ -433,6 +440,7 @@ impl Zrecord {
         let dict = PyDict::new(py);
         dict.set_item("records", report.records)?;
         dict.set_item("checksummed", report.checksummed)?;
+        dict.set_item("unchecked", report.unchecked)?;
         dict.set_item("bad", bad)?;
         Ok(dict)
     }

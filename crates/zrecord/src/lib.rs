@@ -49,4 +49,4 @@ pub use ops::append::{AppendOptions, DEFAULT_APPEND_WAIT};
 pub use ops::compact::CompactReport;
 pub use ops::stats::Stats;
 pub use ops::verify::{BadRecord, VerifyReport};
-pub use store::{Store, StoreOptions};
+pub use store::{Checksums, Store, StoreOptions};

@@ -1,9 +1,10 @@
 //! The store: opening a directory, and the small read-only queries.
 
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::error::{Error, Result};
+use crate::error::{io_error, Error, Result};
 use crate::exec::cold_reads::ColdReads;
 use crate::exec::streaming_copy::RawCopy;
 use crate::files::checksum_file::ChecksumFile;
@@ -12,8 +13,11 @@ use crate::files::io_hook::IoHook;
 use crate::files::lock::StoreLock;
 use crate::files::meta_file::MetaFile;
 use crate::format::checksums::Checksum;
+use crate::format::header::Header;
 use crate::format::limits::{CHUNK_CAPACITY, MAX_RECORD_LEN};
-use crate::format::record_table::RecordLoc;
+use crate::format::record_table::{physical_address, RecordLoc};
+use crate::ops::gather::Checked;
+use crate::ops::verified_records::VerifiedRecords;
 
 /// How to open a store.
 #[derive(Clone)]
@@ -25,11 +29,10 @@ pub struct StoreOptions {
     /// tests can exercise rollover without writing gigabytes. It only steers
     /// where new records go: any store opens with any value.
     pub chunk_capacity: u64,
-    /// Keep and check per-record CRC32C checksums in `checksums.zr`. When the
-    /// store has no such file yet it is created, with checksums of the
-    /// records already there; every gather then verifies what it decodes.
-    /// A store that has the file keeps it current whatever this says.
-    pub checksums: bool,
+    /// Whether to keep and check per-record CRC32C checksums in
+    /// `checksums.zr`; see [`Checksums`]. A store that has the file keeps it
+    /// current whatever this says.
+    pub checksums: Checksums,
     /// Open for reading only: every write (append, delete, compact,
     /// creating `checksums.zr`) fails with [`Error::ReadOnly`], and a
     /// missing store is not created. Without it a store whose `meta.zr` or
@@ -47,7 +50,7 @@ impl Default for StoreOptions {
         StoreOptions {
             create: true,
             chunk_capacity: CHUNK_CAPACITY,
-            checksums: false,
+            checksums: Checksums::Auto,
             read_only: false,
             io_hook: None,
         }
@@ -66,6 +69,23 @@ impl std::fmt::Debug for StoreOptions {
     }
 }
 
+/// Whether a handle keeps and checks per-record checksums (docs/FORMAT.md,
+/// "Checksums").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Checksums {
+    /// The default. A store this handle creates gets `checksums.zr`, and
+    /// gathers check every record of a store that has the file (the first
+    /// time this handle reads it; see [`Store::gather`]). A store without
+    /// one, as loaderx 0.5.0 writes them, is read unchecked and left so.
+    #[default]
+    Auto,
+    /// As `Auto`, and a store without the file gets one, with checksums of
+    /// the records already there (which are thereby trusted as they are).
+    On,
+    /// Reads are not checked and no file is created.
+    Off,
+}
+
 /// A record store on disk.
 ///
 /// `gather`, `lengths`, `append` and `stats` take `&self` and may run from
@@ -78,6 +98,8 @@ pub struct Store {
     pub(crate) checksums: Option<ChecksumFile>,
     /// Whether gathers check records against their checksums.
     pub(crate) verify_reads: bool,
+    /// Records whose checksum a gather of this handle has already checked.
+    pub(crate) verified: VerifiedRecords,
     /// Serialises appends from the moment they pick positions until their
     /// length is published.
     pub(crate) writer: Mutex<()>,
@@ -119,10 +141,22 @@ impl Store {
             });
         }
         let create = options.create && !options.read_only;
-        if !create && !dir.join(crate::files::meta_file::META_FILE_NAME).exists() {
+        let meta_path = dir.join(crate::files::meta_file::META_FILE_NAME);
+        if !create && !meta_path.exists() {
             return Err(Error::NotFound { path: dir });
         }
         let hook = &options.io_hook;
+        if create && options.checksums != Checksums::Off && !meta_path.exists() {
+            // The sidecar comes first: a handle that opens the new store
+            // finds it and keeps it current from the first append on.
+            fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+            drop(ChecksumFile::create(
+                &dir,
+                hook.clone(),
+                &[],
+                &Header::empty(),
+            )?);
+        }
         let meta = MetaFile::open(&dir, create, options.read_only, hook.clone())?;
         // Shared locks need no write access (an OFD read lock or a flock on
         // a descriptor opened for reading), so a read-only handle holds the
@@ -161,7 +195,8 @@ impl Store {
         }
         let mut store = Store {
             chunks: ChunkFiles::new(&dir, read_only.is_some(), hook.clone()),
-            verify_reads: options.checksums,
+            verify_reads: options.checksums != Checksums::Off,
+            verified: VerifiedRecords::default(),
             checksums,
             meta,
             writer: Mutex::new(()),
@@ -174,28 +209,83 @@ impl Store {
             owner: std::process::id(),
             dir,
         };
-        if options.checksums && store.checksums.is_none() {
-            store.start_checksums(options.io_hook.clone())?;
+        let covered = |c: &ChecksumFile| c.covers(&store.meta.header());
+        if options.checksums == Checksums::On && !store.checksums.as_ref().is_some_and(covered) {
+            store.cover_records(options.io_hook.clone())?;
         }
         Ok(store)
     }
 
-    /// Creates `checksums.zr` for a store that has none, from the records'
-    /// current bytes (which are thereby trusted as they are).
-    fn start_checksums(&mut self, hook: crate::files::io_hook::Hook) -> Result<()> {
-        self.may_write("create checksums.zr")?;
+    /// Makes `checksums.zr` cover every record: creates it for a store that
+    /// has none, or fills in the slots of records that a program keeping no
+    /// checksums wrote or moved. Records whose slots describe them are
+    /// checked against them; the others are checksummed as they are (and
+    /// thereby trusted), once their entries are shown to be sound: each
+    /// decodes and lies below the frontier, past which appends write.
+    fn cover_records(&mut self, hook: crate::files::io_hook::Hook) -> Result<()> {
+        self.may_write("cover the records with checksums (checksums.zr)")?;
         let _sole = self.lock.exclusive()?;
+        let header = self.meta.header();
+        let frontier = physical_address(header.tail_chunk, header.tail_offset as u64);
         let mut scratch = Vec::new();
-        let existing = (0..self.len())
-            .map(|i| {
-                let loc = self.meta.entry(i);
-                scratch.resize((loc.logic_length as usize).min(MAX_RECORD_LEN), 0);
-                self.decode_into(i as u64, loc, &mut scratch, RawCopy::Cached)?;
-                Ok(Checksum::new(crc32c::crc32c(&scratch), &loc))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.checksums = Some(ChecksumFile::create(self.path(), hook, &existing)?);
+        let mut fresh = Vec::new();
+        for i in 0..header.length as usize {
+            let loc = self.meta.entry(i);
+            scratch.resize((loc.logic_length as usize).min(MAX_RECORD_LEN), 0);
+            if physical_address(loc.chunk_id, loc.end()) > frontier {
+                let reason = format!(
+                    "it ends past the frontier (chunk {} offset {}), where the next append \
+                     would overwrite it: the entry or the header is damaged",
+                    header.tail_chunk, header.tail_offset
+                );
+                return Err(self.corrupt(i, loc, &reason));
+            }
+            let checked =
+                self.decode_checked(i as u64, loc, &mut scratch, true, RawCopy::Cached)?;
+            if checked == Checked::No {
+                fresh.push((i, Checksum::new(crc32c::crc32c(&scratch), &loc)));
+            }
+        }
+        match &self.checksums {
+            None => {
+                let slots: Vec<Checksum> = fresh.into_iter().map(|(_, slot)| slot).collect();
+                self.checksums = Some(ChecksumFile::create(self.path(), hook, &slots, &header)?);
+            }
+            Some(checksums) => {
+                for (i, slot) in fresh {
+                    checksums.set(i, slot)?;
+                }
+                checksums.sync()?;
+                checksums.set_covered(Some(&header))?;
+                checksums.flush_header()?;
+            }
+        }
         Ok(())
+    }
+
+    /// Records in `checksums.zr` that its slots describe the table as it is
+    /// now (docs/FORMAT.md, "Checksums"); flushed when `durable`. Callers
+    /// have written every slot the table's entries need.
+    pub(crate) fn mark_covered(&self, durable: bool) -> Result<()> {
+        let Some(checksums) = &self.checksums else {
+            return Ok(());
+        };
+        checksums.set_covered(Some(&self.meta.header()))?;
+        if durable {
+            checksums.flush_header()?;
+        }
+        Ok(())
+    }
+
+    /// The error for record `index`, stored at `loc`, that is damaged.
+    pub(crate) fn corrupt(&self, index: usize, loc: RecordLoc, reason: &str) -> Error {
+        Error::CorruptRecord {
+            path: self.path().to_path_buf(),
+            index: index as u64,
+            chunk: loc.chunk_id,
+            offset: loc.offset,
+            reason: reason.into(),
+        }
     }
 
     /// The store's directory.

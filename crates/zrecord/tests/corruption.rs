@@ -36,14 +36,15 @@ use std::path::{Path, PathBuf};
 
 use common::{compressible, noise, opts, Rng};
 use zrecord::layout::{
-    checksum_slot_offset, entry_offset, CHECKSUM_FILE_LEN, CHECKSUM_HEADER_LEN,
-    CHECKSUM_RESERVED_OFFSET, CHECKSUM_SLOT_LEN, ENTRY_CHUNK_ID_OFFSET, ENTRY_CODEC_OFFSET,
+    checksum_slot_offset, entry_offset, CHECKSUM_COVERED_OFFSET, CHECKSUM_FILE_LEN,
+    CHECKSUM_HEADER_LEN, CHECKSUM_SLOT_LEN, ENTRY_CHUNK_ID_OFFSET, ENTRY_CODEC_OFFSET,
     ENTRY_LOGIC_LENGTH_OFFSET, ENTRY_PHYS_LENGTH_OFFSET, LENGTH_OFFSET, TAIL_CHUNK_OFFSET,
     TAIL_OFFSET_OFFSET, VERSION_OFFSET,
 };
 use zrecord::{
-    chunk_file_name, Codec, Error, RecordLoc, Store, StoreOptions, CHECKSUM_FILE_NAME, ENTRY_LEN,
-    HEADER_LEN, MAX_RECORDS, MAX_RECORD_LEN, META_FILE_LEN, META_FILE_NAME, TABLE_OFFSET,
+    chunk_file_name, Checksums, Codec, Error, RecordLoc, Store, StoreOptions, CHECKSUM_FILE_NAME,
+    ENTRY_LEN, HEADER_LEN, MAX_RECORDS, MAX_RECORD_LEN, META_FILE_LEN, META_FILE_NAME,
+    TABLE_OFFSET,
 };
 
 /// Tracks the largest single allocation of this test binary, for
@@ -263,7 +264,11 @@ impl Fixture {
 fn options(checksums: bool, create: bool) -> StoreOptions {
     StoreOptions {
         create,
-        checksums,
+        checksums: if checksums {
+            Checksums::On
+        } else {
+            Checksums::Off
+        },
         ..common::small_chunks(CAPACITY)
     }
 }
@@ -815,7 +820,7 @@ fn damaged_checksum_sidecar_is_refused_never_misread() {
     bytes_tally.assert_all_detected("checksums.zr bytes");
     assert_eq!(
         bytes_tally.refused_open.values().sum::<u64>(),
-        (CHECKSUM_RESERVED_OFFSET * PATTERNS.len()) as u64,
+        (CHECKSUM_COVERED_OFFSET * PATTERNS.len()) as u64,
         "damage to the magic or version is refused at open, the reserved bytes are ignored"
     );
 
@@ -910,7 +915,7 @@ fn a_journal_that_does_not_describe_a_delete_is_refused() {
     }
 }
 
-/// fuzz/open_and_gather: opening with `checksums: true` a store that has no
+/// fuzz/open_and_gather: opening with `Checksums::On` a store that has no
 /// sidecar yet sizes its scratch buffer by each entry's `logic_length`
 /// before the 1 MiB check, so one damaged entry makes the open allocate and
 /// zero up to 4 GiB (here 256 MiB) before failing with `CorruptRecord`.
@@ -918,7 +923,7 @@ fn a_journal_that_does_not_describe_a_delete_is_refused() {
 fn creating_checksums_for_a_corrupt_store_allocates_no_more_than_a_record() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.zr");
-    let store = Store::open(&path).unwrap();
+    let store = Store::open_with(&path, &options(false, true)).unwrap();
     store.append(&[b"abc"], &opts(Codec::Raw)).unwrap();
     drop(store);
     let logic_length_at = (entry_offset(0) + ENTRY_LOGIC_LENGTH_OFFSET) as u64;

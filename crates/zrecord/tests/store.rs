@@ -4,13 +4,13 @@ mod common;
 
 use common::{compressible, noise, opts, read_all, small_chunks, Rng};
 use zrecord::layout::{
-    checksum_slot_offset, entry_offset, physical_address, CHECKSUM_FILE_LEN, CHECKSUM_HEADER_LEN,
-    CHECKSUM_MAGIC, CHECKSUM_MAGIC_OFFSET, CHECKSUM_RESERVED_OFFSET, CHECKSUM_SLOT_LEN,
-    CHECKSUM_VERSION, CHECKSUM_VERSION_OFFSET, ENTRY_CHUNK_ID_OFFSET, ENTRY_CODEC_OFFSET,
-    ENTRY_LEN, ENTRY_LOGIC_LENGTH_OFFSET, ENTRY_OFFSET_OFFSET, ENTRY_PHYS_LENGTH_OFFSET,
-    ENTRY_RESERVED_OFFSET, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, MAGIC_OFFSET,
-    META_FILE_LEN, SLOT_DATA_CRC_OFFSET, SLOT_ENTRY_CRC_OFFSET, TABLE_OFFSET, TAIL_CHUNK_OFFSET,
-    TAIL_OFFSET_OFFSET, VERSION_OFFSET,
+    checksum_slot_offset, entry_offset, physical_address, CHECKSUM_COVERED_LEN,
+    CHECKSUM_COVERED_OFFSET, CHECKSUM_FILE_LEN, CHECKSUM_HEADER_LEN, CHECKSUM_MAGIC,
+    CHECKSUM_MAGIC_OFFSET, CHECKSUM_SLOT_LEN, CHECKSUM_VERSION, CHECKSUM_VERSION_OFFSET,
+    ENTRY_CHUNK_ID_OFFSET, ENTRY_CODEC_OFFSET, ENTRY_LEN, ENTRY_LOGIC_LENGTH_OFFSET,
+    ENTRY_OFFSET_OFFSET, ENTRY_PHYS_LENGTH_OFFSET, ENTRY_RESERVED_OFFSET, FORMAT_VERSION,
+    HEADER_LEN, LENGTH_OFFSET, MAGIC, MAGIC_OFFSET, META_FILE_LEN, SLOT_DATA_CRC_OFFSET,
+    SLOT_ENTRY_CRC_OFFSET, TABLE_OFFSET, TAIL_CHUNK_OFFSET, TAIL_OFFSET_OFFSET, VERSION_OFFSET,
 };
 use zrecord::{chunk_file_name, Codec, Store};
 
@@ -238,14 +238,15 @@ fn layout_constants_are_the_documented_numbers() {
     let checksums = [
         CHECKSUM_MAGIC_OFFSET,
         CHECKSUM_VERSION_OFFSET,
-        CHECKSUM_RESERVED_OFFSET,
+        CHECKSUM_COVERED_OFFSET,
         CHECKSUM_HEADER_LEN,
         SLOT_DATA_CRC_OFFSET,
         SLOT_ENTRY_CRC_OFFSET,
         CHECKSUM_SLOT_LEN,
     ];
     assert_eq!(checksums, [0, 4, 6, 16, 0, 4, 8]);
-    assert_eq!((CHECKSUM_MAGIC, CHECKSUM_VERSION), (*b"ZRCK", 1));
+    assert_eq!((CHECKSUM_MAGIC, CHECKSUM_VERSION), (*b"ZRCK", 2));
+    assert_eq!(CHECKSUM_COVERED_LEN, 10);
     assert_eq!(checksum_slot_offset(3), 16 + 8 * 3);
     assert_eq!(CHECKSUM_FILE_LEN, 16 + (1 << 24) * 8);
     assert_eq!(physical_address(2, 5), (2 << 32) | 5);
@@ -314,7 +315,7 @@ fn a_read_only_store_reads_and_refuses_every_write() {
     let mut rng = Rng(7);
     let recs = records(&mut rng, 40, 300);
     let checked = zrecord::StoreOptions {
-        checksums: true,
+        checksums: zrecord::Checksums::On,
         ..small_chunks(4096)
     };
     append_all(

@@ -13,10 +13,13 @@ use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
 use crate::files::os::{create_once, open_existing, read_exact_at};
 use crate::format::checksums::{
-    checksum_header, checksum_header_is_valid, checksum_slot_offset, Checksum, CHECKSUM_FILE_LEN,
-    CHECKSUM_HEADER_LEN, CHECKSUM_SLOT_LEN,
+    checksum_header, checksum_header_is_valid, checksum_slot_offset, covered_bytes, judge,
+    Checksum, Verdict, CHECKSUM_COVERED_LEN, CHECKSUM_COVERED_OFFSET, CHECKSUM_FILE_LEN,
+    CHECKSUM_HEADER_LEN, CHECKSUM_SLOT_LEN, CHECKSUM_VERSION_OFFSET, COVERS_NOTHING,
 };
+use crate::format::header::Header;
 use crate::format::limits::MAX_RECORDS;
+use crate::format::record_table::RecordLoc;
 
 /// File name of the checksum sidecar inside a store directory
 /// (docs/FORMAT.md, "A store is a directory").
@@ -74,12 +77,18 @@ impl ChecksumFile {
     }
 
     /// Creates the sidecar atomically with the given slots for the records
-    /// already in the store; when another handle created it first, opens
-    /// that one, which holds the same slots and any written since.
-    pub fn create(dir: &Path, hook: Hook, existing: &[Checksum]) -> Result<ChecksumFile> {
+    /// of a store whose header is `covered`; when another handle created it
+    /// first, opens that one, which holds the same slots and any written
+    /// since.
+    pub fn create(
+        dir: &Path,
+        hook: Hook,
+        existing: &[Checksum],
+        covered: &Header,
+    ) -> Result<ChecksumFile> {
         create_once(dir, CHECKSUM_FILE_NAME, |file| {
             file.set_len(CHECKSUM_FILE_LEN as u64)?;
-            file.write_all(&checksum_header())?;
+            file.write_all(&checksum_header(covered))?;
             let slots: Vec<u8> = existing.iter().flat_map(|c| c.to_bytes()).collect();
             file.write_all(&slots)
         })?;
@@ -89,6 +98,76 @@ impl ChecksumFile {
     /// Whether the file is open and mapped for writing.
     pub fn writable(&self) -> bool {
         self.writable
+    }
+
+    /// The `covered` field: the table state the slots describe.
+    fn covered(&self) -> [u8; CHECKSUM_COVERED_LEN] {
+        // SAFETY: the header lies inside the mapping (CHECKSUM_FILE_LEN
+        // bytes, checked at open), which lives as long as `self`; a byte
+        // array has no alignment or validity requirement. The read is
+        // volatile because other processes write the field.
+        unsafe {
+            std::ptr::read_volatile(
+                self.map
+                    .as_ptr()
+                    .add(CHECKSUM_COVERED_OFFSET)
+                    .cast::<[u8; CHECKSUM_COVERED_LEN]>(),
+            )
+        }
+    }
+
+    /// Whether the slots describe the table whose header is `header`: no
+    /// program that keeps no checksums wrote it since (docs/FORMAT.md,
+    /// "Checksums").
+    pub fn covers(&self, header: &Header) -> bool {
+        self.covered() == covered_bytes(header)
+    }
+
+    /// How to read record `index`, stored at `loc`, of a table whose header
+    /// is `header` ([`judge`]).
+    pub fn judge(&self, index: u64, loc: &RecordLoc, header: &Header) -> Verdict {
+        judge(
+            index,
+            loc,
+            self.get(index as usize),
+            &self.covered(),
+            header,
+        )
+    }
+
+    /// Records that the slots describe the table whose header is `header`,
+    /// or with `None` that they may not (an operation that moves records
+    /// is under way); writes this build's version with it, since the slots
+    /// now follow its rules.
+    pub fn set_covered(&self, header: Option<&Header>) -> Result<()> {
+        let covered = header.map_or(COVERS_NOTHING, covered_bytes);
+        let mut bytes = [0u8; CHECKSUM_HEADER_LEN - CHECKSUM_VERSION_OFFSET];
+        bytes.copy_from_slice(&checksum_header(&Header::empty())[CHECKSUM_VERSION_OFFSET..]);
+        bytes[CHECKSUM_COVERED_OFFSET - CHECKSUM_VERSION_OFFSET..].copy_from_slice(&covered);
+        announce(
+            &self.hook,
+            &self.path,
+            IoEvent::ChecksumWrite {
+                offset: CHECKSUM_VERSION_OFFSET,
+                bytes: &bytes,
+            },
+        )?;
+        // SAFETY: the header lies inside the mapping, as in `covered`; the
+        // caller holds the store's writer lock or has it alone, so no one
+        // else of ours writes the field.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.map.as_mut_ptr().add(CHECKSUM_VERSION_OFFSET),
+                bytes.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Flushes the header (the `covered` field) to stable storage.
+    pub fn flush_header(&self) -> Result<()> {
+        self.flush_bytes(0, CHECKSUM_HEADER_LEN)
     }
 
     pub fn get(&self, index: usize) -> Checksum {
@@ -133,7 +212,10 @@ impl ChecksumFile {
     }
 
     pub fn flush(&self, first: usize, count: usize) -> Result<()> {
-        let (offset, len) = (checksum_slot_offset(first), count * CHECKSUM_SLOT_LEN);
+        self.flush_bytes(checksum_slot_offset(first), count * CHECKSUM_SLOT_LEN)
+    }
+
+    fn flush_bytes(&self, offset: usize, len: usize) -> Result<()> {
         announce(
             &self.hook,
             &self.path,
@@ -145,7 +227,7 @@ impl ChecksumFile {
     }
 
     pub fn sync(&self) -> Result<()> {
-        self.flush(0, MAX_RECORDS)?;
+        self.flush_bytes(0, CHECKSUM_FILE_LEN)?;
         self.file.sync_all().map_err(io_error(&self.path))
     }
 }

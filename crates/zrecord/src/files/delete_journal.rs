@@ -18,6 +18,7 @@ use crate::files::io_hook::{announce, Hook, IoEvent};
 use crate::files::meta_file::MetaFile;
 use crate::files::os::sync_dir;
 use crate::format::checksums::{Checksum, CHECKSUM_SLOT_LEN};
+use crate::format::header::Header;
 use crate::format::limits::MAX_RECORDS;
 use crate::format::record_table::{RecordLoc, ENTRY_LEN};
 
@@ -160,6 +161,16 @@ pub(crate) fn apply(
     checksums: Option<&ChecksumFile>,
     plan: &DeletePlan,
 ) -> Result<()> {
+    // A delete does not move the frontier; the sidecar covers the table if
+    // it did before the delete, or (when finishing an interrupted one)
+    // after it.
+    let at_length = |length| Header {
+        length,
+        ..meta.header()
+    };
+    let covered = checksums.is_some_and(|c| {
+        c.covers(&at_length(plan.old_length)) || c.covers(&at_length(plan.new_length))
+    });
     for &(slot, loc, checksum) in &plan.moves {
         meta.set_entry(slot as usize, loc)?;
         if let Some(checksums) = checksums {
@@ -168,6 +179,15 @@ pub(crate) fn apply(
     }
     meta.publish_length(plan.new_length)?;
     if let Some(checksums) = checksums {
+        // Emptied slots describe no record: a record that a program keeping
+        // no checksums later appends at the same place, with the same
+        // lengths, must not be judged by one of them.
+        for slot in plan.new_length..plan.old_length {
+            checksums.set(slot as usize, Checksum::default())?;
+        }
+        if covered {
+            checksums.set_covered(Some(&meta.header()))?;
+        }
         checksums.sync()?;
     }
     meta.sync()?;

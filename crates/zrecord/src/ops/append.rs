@@ -213,6 +213,9 @@ impl Store {
         };
         let _appending = self.lock.appending(&deadline)?;
         let header = self.meta.header();
+        // Only a sidecar that describes the table so far may say that it
+        // also describes it after this commit.
+        let covered = self.checksums.as_ref().is_some_and(|c| c.covers(&header));
         let first = header.length;
         if first as usize + n > MAX_RECORDS {
             return Err(self.full(first, n));
@@ -221,6 +224,9 @@ impl Store {
         self.write_records(batch, &shards, &placement.runs, options.durable)?;
         self.write_entries(first as usize, &placement.locs, &shards, options.durable)?;
         self.publish(first + n as u32, placement.frontier, options.durable)?;
+        if covered {
+            self.mark_covered(options.durable)?;
+        }
         Ok(first)
     }
 

@@ -13,9 +13,10 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::files::chunk_file::chunk_id_of;
 use crate::files::lock::Deadline;
+use crate::format::checksums::Checksum;
 use crate::format::record_table::{physical_address, RecordLoc};
 use crate::ops::stats::Stats;
 use crate::store::Store;
@@ -43,6 +44,10 @@ struct Move {
     index: usize,
     loc: RecordLoc,
     target: Pos,
+    /// The record's checksum slot, when it describes the record: it is
+    /// rewritten for each new position. A slot that does not (the record
+    /// was written by a program that keeps no checksums) is left alone.
+    checksum: Option<Checksum>,
 }
 
 impl Store {
@@ -64,6 +69,14 @@ impl Store {
     pub fn compact_within(&mut self, max_moves: u64, wait: Duration) -> Result<CompactReport> {
         self.may_write("compact")?;
         let _sole = self.lock.exclusive_within(&Deadline::after(wait))?;
+        // Records get new copies, which have not been checked.
+        self.verified.forget();
+        // Entries and slots change in turns from here on: until the end,
+        // the sidecar claims to describe no table state.
+        if let Some(checksums) = &self.checksums {
+            checksums.set_covered(None)?;
+            checksums.flush_header()?;
+        }
         let before = self.stats();
         let header = self.meta.header();
         // By start, then length: an empty record shares its start with the
@@ -100,7 +113,14 @@ impl Store {
                 finished = false;
                 break;
             }
-            group.push(Move { index, loc, target });
+            let checksum = self.checksums.as_ref().map(|c| c.get(index));
+            let checksum = checksum.filter(|c| c.describes(&loc));
+            group.push(Move {
+                index,
+                loc,
+                target,
+                checksum,
+            });
             group_bytes += loc.phys_length as u64;
             cursor = (target.0, target.1 + loc.phys_length as u64);
             moved += 1;
@@ -122,6 +142,7 @@ impl Store {
                 tail.truncate(cursor.1)?;
             }
         }
+        self.mark_covered_if_described()?;
         Ok(CompactReport {
             moved,
             finished,
@@ -161,9 +182,9 @@ impl Store {
         }
         self.sync_chunks(&mut written)?;
         for (m, &at) in group.iter().zip(&parked) {
-            self.meta.set_entry(m.index, at)?;
+            self.point_at(m, at)?;
         }
-        self.meta.sync()?;
+        self.sync_table()?;
 
         for (m, &from) in group.iter().zip(&parked) {
             self.copy(m.index, from, m.target, &mut scratch, &mut written)?;
@@ -175,9 +196,40 @@ impl Store {
                 offset: m.target.1 as u32,
                 ..m.loc
             };
-            self.meta.set_entry(m.index, placed)?;
+            self.point_at(m, placed)?;
+        }
+        self.sync_table()
+    }
+
+    /// Points the entry of `m`'s record, and its checksum slot when it has
+    /// one, at the copy stored at `at`.
+    fn point_at(&self, m: &Move, at: RecordLoc) -> Result<()> {
+        self.meta.set_entry(m.index, at)?;
+        match (&self.checksums, m.checksum) {
+            (Some(checksums), Some(checksum)) => checksums.set(m.index, checksum.moved_to(&at)),
+            _ => Ok(()),
+        }
+    }
+
+    fn sync_table(&self) -> Result<()> {
+        if let Some(checksums) = &self.checksums {
+            checksums.sync()?;
         }
         self.meta.sync()
+    }
+
+    /// Ends a compaction: when every live record's slot describes it, the
+    /// sidecar covers the table again.
+    fn mark_covered_if_described(&self) -> Result<()> {
+        let Some(checksums) = &self.checksums else {
+            return Ok(());
+        };
+        let described = (0..self.meta.length() as usize)
+            .all(|i| checksums.get(i).describes(&self.meta.entry(i)));
+        if described {
+            self.mark_covered(true)?;
+        }
+        Ok(())
     }
 
     /// Copies record `index`'s stored bytes from `from` to `to`.
@@ -214,16 +266,6 @@ impl Store {
         }
         written.clear();
         Ok(())
-    }
-
-    fn corrupt(&self, index: usize, loc: RecordLoc, reason: &str) -> Error {
-        Error::CorruptRecord {
-            path: self.path().to_path_buf(),
-            index: index as u64,
-            chunk: loc.chunk_id,
-            offset: loc.offset,
-            reason: reason.into(),
-        }
     }
 
     /// Where a record of `phys` bytes goes when packed after `at`.

@@ -33,6 +33,8 @@ impl Store {
             return Ok(());
         }
         let _sole = self.lock.exclusive_within(&Deadline::after(wait))?;
+        // Records move into the holes: what was checked at an index is gone.
+        self.verified.forget();
         let plan = self.plan_delete(idxs)?;
         if plan.old_length == plan.new_length {
             return Ok(());

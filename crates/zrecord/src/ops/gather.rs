@@ -13,6 +13,8 @@ use std::sync::Mutex;
 use crate::error::{Error, Result};
 use crate::exec::shard_crew::{participants, run_shards, MAX_SHARDS};
 use crate::exec::streaming_copy::RawCopy;
+use crate::files::checksum_file::ChecksumFile;
+use crate::format::checksums::Verdict;
 use crate::format::codec::{decode, Codec};
 use crate::format::limits::{MAX_CHUNKS, MAX_RECORD_LEN};
 use crate::format::record_table::RecordLoc;
@@ -341,7 +343,8 @@ impl Store {
     }
 
     /// Decodes record `index`, stored at `loc`, into `slot` (exactly its
-    /// logical length), checking its checksum when gathers verify.
+    /// logical length), checking its checksum when gathers verify and this
+    /// handle has not checked the record before (`ops/verified_records.rs`).
     pub(crate) fn decode_into(
         &self,
         index: u64,
@@ -349,13 +352,23 @@ impl Store {
         slot: &mut [u8],
         raw_copy: RawCopy,
     ) -> Result<()> {
-        self.decode_checked(index, loc, slot, self.verify_reads, raw_copy)
+        let verify = self.verify_reads && !self.verified.contains(index);
+        let checked = self.decode_checked(index, loc, slot, verify, raw_copy)?;
+        // Only while the sidecar covers the table: after a program that
+        // keeps no checksums wrote it, a damaged frontier may let appends
+        // overwrite records, so each read checks again.
+        let covered = |c: &ChecksumFile| c.covers(&self.meta.header());
+        if checked == Checked::Yes && self.checksums.as_ref().is_some_and(covered) {
+            self.verified.insert(index);
+        }
+        Ok(())
     }
 
     /// Decodes as [`Store::decode_into`] does, checking the checksum (if the
-    /// store keeps them) when `verify` is set. Every way the entry can
-    /// disagree with the files is a `CorruptRecord` error, never a wrong byte
-    /// or an unchecked read.
+    /// store keeps them and its slot describes the record, see
+    /// [`crate::format::checksums::judge`]) when `verify` is set. Every way
+    /// the entry can disagree with the files is a `CorruptRecord` error,
+    /// never a wrong byte.
     pub(crate) fn decode_checked(
         &self,
         index: u64,
@@ -363,14 +376,8 @@ impl Store {
         slot: &mut [u8],
         verify: bool,
         raw_copy: RawCopy,
-    ) -> Result<()> {
-        let corrupt = |reason: String| Error::CorruptRecord {
-            path: self.path().to_path_buf(),
-            index,
-            chunk: loc.chunk_id,
-            offset: loc.offset,
-            reason,
-        };
+    ) -> Result<Checked> {
+        let corrupt = |reason: String| self.corrupt(index as usize, loc, &reason);
         if loc.logic_length as usize > MAX_RECORD_LEN {
             return Err(corrupt(format!(
                 "logical length {} exceeds the {MAX_RECORD_LEN} byte limit",
@@ -405,15 +412,29 @@ impl Store {
                 ))
             })?,
         };
+        // Decoded first, so that an entry the decoder refuses is reported
+        // by what is wrong with it rather than by its checksum slot.
         decode(loc.codec, stored, slot, raw_copy).map_err(&corrupt)?;
-        match &self.checksums {
-            Some(checksums) if verify => match checksums.get(index as usize).mismatch(&loc, slot) {
-                Some(reason) => Err(corrupt(reason)),
-                None => Ok(()),
+        let expected = match &self.checksums {
+            Some(checksums) if verify => match checksums.judge(index, &loc, &self.meta.header()) {
+                Verdict::Check(expected) => expected,
+                Verdict::Unchecked => return Ok(Checked::No),
+                Verdict::Corrupt(reason) => return Err(corrupt(reason)),
             },
-            _ => Ok(()),
+            _ => return Ok(Checked::No),
+        };
+        match expected.data_mismatch(slot) {
+            None => Ok(Checked::Yes),
+            Some(reason) => Err(corrupt(reason)),
         }
     }
+}
+
+/// Whether a decode compared the record with its checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Checked {
+    Yes,
+    No,
 }
 
 #[cfg(test)]

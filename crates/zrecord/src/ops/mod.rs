@@ -8,4 +8,5 @@ pub(crate) mod delete;
 pub(crate) mod encode;
 pub(crate) mod gather;
 pub(crate) mod stats;
+pub(crate) mod verified_records;
 pub(crate) mod verify;

@@ -6,6 +6,7 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::exec::streaming_copy::RawCopy;
 use crate::exec::thread_pool::{pool, workers};
+use crate::ops::gather::Checked;
 use crate::store::Store;
 
 /// A record that did not decode to its checksummed bytes.
@@ -22,8 +23,13 @@ pub struct BadRecord {
 pub struct VerifyReport {
     /// Live records checked.
     pub records: u64,
-    /// Whether records were compared with checksums, or only decoded.
+    /// Whether the store keeps checksums (`checksums.zr`).
     pub checksummed: bool,
+    /// Records read without a checksum check though the store keeps them:
+    /// a program that keeps none (loaderx 0.5.0) wrote or moved them
+    /// (docs/FORMAT.md, "Checksums"). Opening the store with
+    /// [`crate::Checksums::On`] covers them again.
+    pub unchecked: u64,
     /// Every record that failed, in index order.
     pub bad: Vec<BadRecord>,
 }
@@ -39,14 +45,16 @@ impl Store {
             .step_by(per as usize)
             .map(|start| (start, (start + per).min(len)))
             .collect();
-        let check = |&(start, end): &(u64, u64)| -> Result<Vec<BadRecord>> {
+        let check = |&(start, end): &(u64, u64)| -> Result<(Vec<BadRecord>, u64)> {
             let mut scratch = Vec::new();
             let mut bad = Vec::new();
+            let mut unchecked = 0;
             for index in start..end {
                 let loc = self.meta.entry(index as usize);
                 scratch.resize((loc.logic_length as usize).min(crate::MAX_RECORD_LEN), 0);
                 match self.decode_checked(index, loc, &mut scratch, true, RawCopy::Cached) {
-                    Ok(()) => {}
+                    Ok(Checked::Yes) => {}
+                    Ok(Checked::No) => unchecked += 1,
                     Err(Error::CorruptRecord {
                         index,
                         chunk,
@@ -62,14 +70,19 @@ impl Store {
                     Err(e) => return Err(e),
                 }
             }
-            Ok(bad)
+            Ok((bad, unchecked))
         };
-        let found: Vec<Vec<BadRecord>> =
+        let found: Vec<(Vec<BadRecord>, u64)> =
             pool().install(|| shards.par_iter().map(check).collect::<Result<_>>())?;
+        let checksummed = self.checksums.is_some();
         Ok(VerifyReport {
             records: len,
-            checksummed: self.checksums.is_some(),
-            bad: found.into_iter().flatten().collect(),
+            checksummed,
+            unchecked: match checksummed {
+                true => found.iter().map(|(_, n)| n).sum(),
+                false => 0,
+            },
+            bad: found.into_iter().flat_map(|(bad, _)| bad).collect(),
         })
     }
 }
