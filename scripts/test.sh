@@ -3,7 +3,8 @@
 #   setup -> cargo fmt --check -> clippy -D warnings -> cargo test (debug)
 #   -> cargo test (release) -> fuzz targets (corpus replay, 10 s each)
 #   -> foreign targets (cargo check for macOS, Windows,
-#   aarch64) -> wheels and sdist into dist/ -> reference venv, jax (best
+#   aarch64) -> wheels and sdist into dist/ -> extras the tests need
+#   (ml_dtypes) -> reference venv, jax (best
 #   effort) -> pytest tests/ (tests/packaging installs the wheels and sdist)
 # Stops at the first failure and says which step failed.
 #
@@ -43,6 +44,11 @@ step "cargo test (release)" cargo test --workspace --release
 step fuzz env FUZZ_SECONDS=10 bash scripts/fuzz.sh
 step "foreign targets" bash scripts/check-targets.sh
 step wheels bash scripts/build-wheels.sh
+
+# The extras whose tests must run (a test that skips for a missing extra
+# does not count): installed from PyPI unless present.
+step "extras: ml" bash -c '.venv/bin/python -c "import ml_dtypes" 2>/dev/null \
+    || .venv/bin/python -m pip install --quiet --disable-pip-version-check "ml_dtypes>=0.3"'
 
 if [ "${SKIP_REF050:-0}" != 1 ]; then
     # Best effort: makes tests/compat run against loaderx 0.5.0; never fails.

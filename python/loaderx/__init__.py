@@ -7,6 +7,9 @@ transparent per-record compression and an endless, step-based data loader.
   (``state_dict``), shardable across hosts (``shard=``).
 * :class:`~loaderx.ragged.RaggedDataset` — samples of one dtype with
   per-sample shapes (``loaderx.ragged``).
+* :class:`BytesDataset` — ``bytes`` or ``str`` items of any length.
+* :class:`Table` — aligned streams in one folder; ``loaderx.open(path)``
+  opens a table or a dataset of any kind.
 * ``loaderx.jax`` / ``loaderx.torch`` — hand-off to JAX devices and to
   PyTorch (imported on demand; neither framework is a dependency).
 * :class:`Zrecord` — the raw store of byte records underneath.
@@ -33,14 +36,20 @@ from ._native import (
     ZrecordIndexError,
     __version__,
 )
+from .bytes_dataset import BytesDataset
 from .dataloader import DataLoader
 from .dataset import Dataset
 from .ragged import RaggedDataset
+from .table import Table
+from .table import open_path as open
 
 __all__ = [
     "Dataset",
     "DataLoader",
     "RaggedDataset",
+    "BytesDataset",
+    "Table",
+    "open",
     "Zrecord",
     "ZrecordError",
     "ZrecordIndexError",

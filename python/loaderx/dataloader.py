@@ -30,6 +30,7 @@ from .loader_args import (
 from .loader_state import STATE_VERSION  # noqa: F401 - loaderx.dataloader.STATE_VERSION
 from .loader_state import check_state, identity, state_at
 from .loader_streams import assembler, native_streams, stream_adapters
+from .bytes_dataset import BytesDataset
 from .ragged import RaggedDataset
 from .transform_pool import TransformPool, with_note
 
@@ -47,8 +48,9 @@ class DataLoader:
       batches with those keys. A :class:`Dataset` stream gives an array of
       ``(batch, *shape)``; a :class:`~loaderx.ragged.RaggedDataset` stream a
       dict ``{'values', 'offsets', 'shapes'}`` (or, padded, ``{'values',
-      'lengths', 'shapes'}``). `transform` takes the batch dict and returns
-      what the iteration yields.
+      'lengths', 'shapes'}``); a :class:`BytesDataset` stream a list of its
+      items. A :class:`Table` is such a dict. `transform` takes the batch
+      dict and returns what the iteration yields.
 
     Every stream is gathered with the same indices, so their lengths must
     match. Each step draws indices from a :class:`Sampler` of
@@ -72,7 +74,7 @@ class DataLoader:
 
     def __init__(
         self,
-        dataset: Dataset | Mapping[str, Dataset | RaggedDataset],
+        dataset: Dataset | Mapping[str, Dataset | RaggedDataset | BytesDataset],
         labelset: Dataset | None = None,
         num_workers: int = 4,
         batch_size: int = 256,
@@ -114,7 +116,7 @@ class DataLoader:
                 batch size is not divisible by the shard count, or `state`
                 belongs to another configuration.
             TypeError: a stream is not a Dataset (or, in the dict form, a
-                RaggedDataset), or a count or the seed is not an int (a bool
+                RaggedDataset or BytesDataset), or a count or the seed is not an int (a bool
                 is not a count).
         """
         self._pool: TransformPool | None = None
@@ -135,7 +137,7 @@ class DataLoader:
         self.dataset = dataset
         self.labelset = labelset
         #: The streams by name, in batch order.
-        self.streams: dict[str, Dataset | RaggedDataset] = streams
+        self.streams: dict[str, Dataset | RaggedDataset | BytesDataset] = streams
         #: The sampler's configuration (its shard of each global batch); the
         #: loader runs on a copy of it.
         self.sampler = Sampler(next(iter(lengths.values())), batch_size, mode, seed, shard=shard)

@@ -25,6 +25,7 @@ from .schema_file import (
     SCHEMA,
     codec_arg,
     create_schema,
+    dtype_name,
     reading_schema,
     recordable_dtype,
     schema_codec,
@@ -106,7 +107,7 @@ class Dataset(DatasetBase):
 
     def __len__(self) -> int:
         """The number of samples; they are exactly the indices 0..len."""
-        return len(self._zr())
+        return self._capped(len(self._zr()))
 
     def _layout_repr(self) -> str:
         return f"shape={self.shape}"
@@ -257,10 +258,10 @@ class Dataset(DatasetBase):
         be of `dtype` and `shape` (else ValueError)."""
         existing = cls(path)
         try:
-            if (existing.dtype.str, existing.shape) != (dtype.str, shape):
+            if (existing.dtype, existing.shape) != (dtype, shape):
                 raise ValueError(
-                    f"{path} holds {existing.dtype.str}{existing.shape} samples, "
-                    f"cannot append {dtype.str}{shape}"
+                    f"{path} holds {dtype_name(existing.dtype)}{existing.shape} samples, "
+                    f"cannot append {dtype_name(dtype)}{shape}"
                 )
             return existing.codec
         finally:

@@ -36,6 +36,13 @@ class DatasetBase:
     _read_only: bool = False
     #: The open stores; None until opened and once closed.
     _open: tuple[Zrecord, ...] | None = None
+    #: The number of samples a table lets this stream show (``table.py``):
+    #: records past it belong to an append the table has not committed.
+    _limit: int | None = None
+
+    def _capped(self, n: int) -> int:
+        """`n` records as a number of samples: at most ``_limit``."""
+        return n if self._limit is None else min(n, self._limit)
 
     def _stores(self) -> tuple[Zrecord, ...]:
         stores = self._open

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .bytes_dataset import BytesDataset
 from .dataset import Dataset
 from .ragged import RaggedDataset
 
@@ -78,7 +79,9 @@ def shard_arg(shard: Any) -> tuple[int, int]:
     return index, count
 
 
-def streams_arg(dataset: Any, labelset: Any) -> dict[str, Dataset | RaggedDataset]:
+def streams_arg(
+    dataset: Any, labelset: Any
+) -> dict[str, Dataset | RaggedDataset | BytesDataset]:
     """The streams by name, in batch order: a dict of datasets as given, or
     ``{'data': dataset}`` / ``{'data': dataset, 'label': labelset}``."""
     if isinstance(dataset, Mapping):
@@ -90,10 +93,10 @@ def streams_arg(dataset: Any, labelset: Any) -> dict[str, Dataset | RaggedDatase
         for name, ds in dataset.items():
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, not {type(name).__name__}")
-            if not isinstance(ds, (Dataset, RaggedDataset)):
+            if not isinstance(ds, (Dataset, RaggedDataset, BytesDataset)):
                 raise TypeError(
-                    f"stream {name!r} must be a loaderx.Dataset or RaggedDataset, "
-                    f"not {type(ds).__name__}"
+                    f"stream {name!r} must be a loaderx.Dataset, RaggedDataset or "
+                    f"BytesDataset, not {type(ds).__name__}"
                 )
             streams[name] = ds
         return streams

@@ -4,7 +4,8 @@ A stream adapter says which native stores a stream is gathered from (and
 their record lengths), what identifies the stream in a loader state, and
 how the gathered buffers of one step become the stream's batch value: an
 array for a :class:`~loaderx.Dataset`, a packed or padded dict
-(``ragged_batch.py``) for a :class:`~loaderx.RaggedDataset`.
+(``ragged_batch.py``) for a :class:`~loaderx.RaggedDataset`, a list of
+items for a :class:`~loaderx.BytesDataset`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Union
 
 import numpy as np
 
+from .bytes_dataset import BytesDataset, items_of
 from .ragged import RaggedDataset
 from .ragged_batch import SHAPE_DTYPE, pack, pad_batch
+from .schema_file import dtype_name
 
 if TYPE_CHECKING:
     from ._native import Zrecord
@@ -32,7 +35,7 @@ class FixedStream:
         self.shape = tuple(ds.shape)
         self.stores = [ds._zr()]
         self.record_lens: list[int | None] = [ds._itemsize]
-        self.identity = {"kind": "fixed", "dtype": ds.dtype.str, "shape": list(ds.shape)}
+        self.identity = {"kind": "fixed", "dtype": dtype_name(ds.dtype), "shape": list(ds.shape)}
 
     def assemble(self, buffers: Iterable[Any], n: int) -> np.ndarray:
         (buf,) = buffers
@@ -52,7 +55,7 @@ class RaggedStream:
         self.pad = pad
         self.stores = [values, shapes]
         self.record_lens = [None, ds.ndim * SHAPE_DTYPE.itemsize]
-        self.identity = {"kind": "ragged", "dtype": ds.dtype.str, "ndim": ds.ndim}
+        self.identity = {"kind": "ragged", "dtype": dtype_name(ds.dtype), "ndim": ds.ndim}
 
     def assemble(self, buffers: Iterable[Any], n: int) -> dict[str, np.ndarray]:
         (values, lengths), shapes = buffers
@@ -61,7 +64,25 @@ class RaggedStream:
         return pad_batch(batch) if self.pad else batch
 
 
-Stream = Union[FixedStream, RaggedStream]
+class BytesStream:
+    """A BytesDataset stream: one native store of records of any length.
+    Its batch value is a list of the items (``bytes`` or ``str``), what
+    per-item decoders (an image or JSON decoder, a tokenizer) take."""
+
+    kind = "bytes"
+
+    def __init__(self, ds: BytesDataset) -> None:
+        self.item_kind = ds.kind
+        self.stores = [ds._stores()[0]]
+        self.record_lens: list[int | None] = [None]
+        self.identity = {"kind": "bytes", "items": ds.kind}
+
+    def assemble(self, buffers: Iterable[Any], n: int) -> list[Any]:
+        ((values, lengths),) = buffers
+        return items_of(values, lengths, self.item_kind)
+
+
+Stream = Union[FixedStream, RaggedStream, BytesStream]
 
 
 def stream_adapters(streams: Mapping[str, Any], padded: Collection[str]) -> dict[str, Stream]:
@@ -71,6 +92,8 @@ def stream_adapters(streams: Mapping[str, Any], padded: Collection[str]) -> dict
     def adapter(name: str, ds: Any) -> Stream:
         if isinstance(ds, RaggedDataset):
             return RaggedStream(ds, name in padded)
+        if isinstance(ds, BytesDataset):
+            return BytesStream(ds)
         return FixedStream(ds)
 
     return {name: adapter(name, ds) for name, ds in streams.items()}

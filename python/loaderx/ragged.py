@@ -37,6 +37,7 @@ from .schema_file import (
     SCHEMA,
     codec_arg,
     create_schema,
+    dtype_name,
     reading_schema,
     recordable_dtype,
     schema_codec,
@@ -125,7 +126,7 @@ class RaggedDataset(DatasetBase):
     def __len__(self) -> int:
         """The number of samples (those with a shape: a write interrupted
         between its two stores leaves values that are not samples yet)."""
-        return len(self._stores()[1])
+        return self._capped(len(self._stores()[1]))
 
     def _layout_repr(self) -> str:
         return f"ndim={self.ndim}"
@@ -194,6 +195,7 @@ class RaggedDataset(DatasetBase):
         codec: str = "flate",
         dtype: Any = None,
         *,
+        ndim: int | None = None,
         durable: bool = True,
         checksums: bool | None = None,
         chunk_bytes: int = WRITE_CHUNK_BYTES,
@@ -203,7 +205,8 @@ class RaggedDataset(DatasetBase):
         dimensions, at least 1) as a ragged dataset, one sample each.
 
         The dtype is `dtype`, else the existing dataset's, else the first
-        array's; every array is cast to it under NumPy's ``same_kind`` rule
+        array's; the number of dimensions `ndim`, else the first array's
+        (with both `dtype` and `ndim`, `arrays` may be empty); every array is cast to it under NumPy's ``same_kind`` rule
         (a narrower int is fine, float to int is a TypeError). When `path` already holds a
         ragged dataset of the same dtype and ndim, the samples are appended.
         Samples are written in groups of about `chunk_bytes`: values first,
@@ -234,19 +237,21 @@ class RaggedDataset(DatasetBase):
                 if want is None:
                     want = existing.dtype
                 ndim = existing.ndim
-                if existing.dtype.str != want.str:
+                if existing.dtype != want:
                     raise ValueError(
-                        f"{path} holds {existing.dtype.str} samples, cannot append {want.str}"
+                        f"{path} holds {dtype_name(existing.dtype)} samples, cannot append "
+                        f"{dtype_name(want)}"
                     )
                 codec = existing.codec
             finally:
                 existing.close()
+        elif first is None and (want is None or ndim is None):
+            raise ValueError("cannot create a ragged dataset from no arrays without dtype and ndim")
         else:
-            if first is None:
-                raise ValueError("cannot create a ragged dataset from no arrays")
             if want is None:
                 want = np.asarray(first).dtype
-            ndim = np.asarray(first).ndim
+            if ndim is None:
+                ndim = np.asarray(first).ndim
         want = recordable_dtype(want)
         if ndim < 1:
             raise ValueError("ragged samples must have at least one dimension")

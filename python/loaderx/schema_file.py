@@ -64,15 +64,29 @@ def reading_schema(
 # message, or reading records zero-padded to a size they do not have.
 
 
+def dtype_name(dtype: np.dtype) -> str:
+    """What schema.json records for `dtype`: NumPy's ``dtype.str`` (byte
+    order included, as loaderx 0.5.0 writes it), or for the ml_dtypes types
+    (bfloat16, float8_*, ...), whose ``str`` is an anonymous ``'<V2'``,
+    their name (some have a ``str`` that NumPy does not read back)."""
+    try:
+        if np.dtype(dtype.str) == dtype:
+            return dtype.str
+    except TypeError:
+        pass
+    return dtype.name
+
+
 def schema_dtype(value: Any) -> np.dtype:
     """A schema's ``dtype`` field: a NumPy dtype string (as ``dtype.str``
-    writes it) of a dtype that holds no Python objects."""
+    writes it), or an ml_dtypes type name, of a dtype that holds no Python
+    objects."""
     if not isinstance(value, str):
         raise ValueError(f"field 'dtype' must be a dtype string such as '<f4', not {value!r}")
     try:
         dtype = np.dtype(value)
     except TypeError:
-        raise ValueError(f"field 'dtype' {value!r} is not a NumPy dtype") from None
+        dtype = ml_dtype(value)
     if dtype.hasobject:
         raise ValueError(f"field 'dtype' {value!r} holds Python objects, which no store holds")
     return dtype
@@ -115,13 +129,34 @@ def codec_arg(codec: str) -> str:
     return codec
 
 
+def ml_dtype(name: str) -> np.dtype:
+    """The ml_dtypes type called `name` (``bfloat16``, ``float8_e4m3fn``...);
+    ValueError when there is none, or ml_dtypes is not installed."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise ValueError(
+            f"field 'dtype' {name!r} is not a NumPy dtype; if it is an ml_dtypes type, "
+            "install ml_dtypes (pip install 'loaderx[ml]')"
+        ) from None
+    kind = getattr(ml_dtypes, name, None)
+    if not isinstance(kind, type):
+        raise ValueError(f"field 'dtype' {name!r} is not a NumPy dtype, nor an ml_dtypes type")
+    return np.dtype(kind)
+
+
 def recordable_dtype(dtype: np.dtype) -> np.dtype:
-    """`dtype`, once schema.json can record it (its ``str`` names it again)
-    and it holds no Python objects."""
+    """`dtype`, once schema.json can record it (:func:`dtype_name` names it
+    again) and it holds no Python objects."""
     if dtype.hasobject:
         raise TypeError(f"cannot store an array of Python objects ({dtype})")
-    if np.dtype(dtype.str) != dtype:
-        raise TypeError(f"dtype {dtype} cannot be recorded in schema.json (as {dtype.str!r})")
+    name = dtype_name(dtype)
+    try:
+        again = np.dtype(name)
+    except TypeError:
+        again = None
+    if again != dtype:
+        raise TypeError(f"dtype {dtype} cannot be recorded in schema.json (as {name!r})")
     return dtype
 
 
@@ -142,7 +177,17 @@ def create_schema(
     it must append to the winner's (whose schema it must then match)
     instead of replacing its schema. With `durable`, the file reaches
     stable storage."""
-    schema = {"format": fmt, "version": version, "dtype": dtype.str, **layout, "codec": codec}
+    fields = {"dtype": dtype_name(dtype), **layout, "codec": codec}
+    return create_schema_fields(directory, fmt, version, fields, durable)
+
+
+def create_schema_fields(
+    directory: Path, fmt: str, version: int, fields: Mapping[str, Any], durable: bool
+) -> bool:
+    """Creates `directory`'s schema.json of format `fmt` and `version` with
+    `fields` after them, unless one is there already (then False), as
+    :func:`create_schema` does."""
+    schema = {"format": fmt, "version": version, **fields}
     return _create_whole(directory / SCHEMA, json.dumps(schema, indent=2) + "\n", durable)
 
 

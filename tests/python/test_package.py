@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_all_lists_exactly_the_public_api():
     assert loaderx.__all__ == [
-        "Dataset", "DataLoader", "RaggedDataset", "Zrecord", "ZrecordError",
+        "Dataset", "DataLoader", "RaggedDataset", "BytesDataset", "Table", "open",
+        "Zrecord", "ZrecordError",
         "ZrecordIndexError", "StoreBusyError", "StoreNotFoundError", "NotAStoreError",
         "CorruptStoreError", "InvalidArgumentError", "BufferTooSmallError",
         "RecordTooLargeError", "StoreFullError", "StoreIOError", "StoreReadOnlyError",
