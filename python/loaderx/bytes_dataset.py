@@ -68,7 +68,11 @@ class BytesDataset(DatasetBase):
     _kind = "BytesDataset"
 
     def __init__(
-        self, path: str | os.PathLike[str], *, checksums: bool | None = None, read_only: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        checksums: bool | None = None,
+        read_only: bool = False,
     ) -> None:
         """Opens the byte dataset in the directory `path`; `checksums` and
         `read_only` as for :class:`~loaderx.Dataset`.

@@ -55,7 +55,11 @@ class Dataset(DatasetBase):
     _kind = "Dataset"
 
     def __init__(
-        self, path: str | os.PathLike[str], *, checksums: bool | None = None, read_only: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        checksums: bool | None = None,
+        read_only: bool = False,
     ) -> None:
         """Opens the dataset in the directory `path`.
 

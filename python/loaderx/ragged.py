@@ -44,11 +44,14 @@ from .schema_file import (
     schema_count,
     schema_dtype,
 )
+from .writer_lock import writer_lock
 
 FORMAT = "loaderx-ragged"
 FORMAT_VERSION = 1
 #: The store of per-sample shapes, inside the dataset's directory.
 SHAPES = "shapes.zr"
+#: The lock file a writer holds (``writer_lock.py``).
+LOCK = "ragged.lock"
 
 
 def _open_stores(
@@ -86,7 +89,11 @@ class RaggedDataset(DatasetBase):
     _kind = "RaggedDataset"
 
     def __init__(
-        self, path: str | os.PathLike[str], *, checksums: bool | None = None, read_only: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        checksums: bool | None = None,
+        read_only: bool = False,
     ) -> None:
         """Opens the ragged dataset in the directory `path`; `checksums` and
         `read_only` as for :class:`~loaderx.Dataset`.
@@ -206,12 +213,15 @@ class RaggedDataset(DatasetBase):
 
         The dtype is `dtype`, else the existing dataset's, else the first
         array's; the number of dimensions `ndim`, else the first array's
-        (with both `dtype` and `ndim`, `arrays` may be empty); every array is cast to it under NumPy's ``same_kind`` rule
-        (a narrower int is fine, float to int is a TypeError). When `path` already holds a
+        (with both `dtype` and `ndim`, `arrays` may be empty). Every array
+        is cast to the dtype under NumPy's ``same_kind`` rule (a narrower
+        int is fine, float to int is a TypeError). When `path` already holds a
         ragged dataset of the same dtype and ndim, the samples are appended.
         Samples are written in groups of about `chunk_bytes`: values first,
         then their shapes, so a crash can leave values without a shape but
-        never a shape without values (and the next write repairs it). Each
+        never a shape without values (and the next write repairs it).
+        Writers wait for each other (a lock on ``ragged.lock`` in the
+        directory), so two never interleave their stores' appends; each
         append waits up to `timeout` seconds for another handle's append.
 
         Returns:
@@ -229,91 +239,99 @@ class RaggedDataset(DatasetBase):
         first = next(it, None)
         want = np.dtype(dtype) if dtype is not None else None
         path.mkdir(parents=True, exist_ok=True)
-        schema_path = path / SCHEMA
-        existing = None
-        if schema_path.is_file():
-            existing = cls(path)
-            try:
+        # One writer at a time: two would interleave the appends of the two
+        # stores and misalign values and shapes.
+        with writer_lock(path, LOCK):
+            schema_path = path / SCHEMA
+            existing = None
+            if schema_path.is_file():
+                existing = cls(path)
+                try:
+                    if want is None:
+                        want = existing.dtype
+                    ndim = existing.ndim
+                    if existing.dtype != want:
+                        raise ValueError(
+                            f"{path} holds {dtype_name(existing.dtype)} samples, cannot append "
+                            f"{dtype_name(want)}"
+                        )
+                    codec = existing.codec
+                finally:
+                    existing.close()
+            elif first is None and (want is None or ndim is None):
+                raise ValueError(
+                    "cannot create a ragged dataset from no arrays without dtype and ndim"
+                )
+            else:
                 if want is None:
-                    want = existing.dtype
-                ndim = existing.ndim
-                if existing.dtype != want:
-                    raise ValueError(
-                        f"{path} holds {dtype_name(existing.dtype)} samples, cannot append "
-                        f"{dtype_name(want)}"
+                    want = np.asarray(first).dtype
+                if ndim is None:
+                    ndim = np.asarray(first).ndim
+            want = recordable_dtype(want)
+            if ndim < 1:
+                raise ValueError("ragged samples must have at least one dimension")
+
+            values, shapes = _open_stores(path, codec, checksums, create=True)
+            try:
+                if existing is None:
+                    if len(values) or len(shapes):
+                        raise ValueError(
+                            f"{path} holds Zrecord stores but no {SCHEMA}; refusing to turn them "
+                            "into a ragged dataset"
+                        )
+                    layout = {"ndim": ndim}
+                    created = create_schema(
+                        path, FORMAT, FORMAT_VERSION, want, layout, codec, durable
                     )
-                codec = existing.codec
+                    if not created:
+                        # A ragged write appends to two stores, which concurrent
+                        # writers would interleave: refuse rather than misalign.
+                        raise ValueError(
+                            f"another writer created a dataset at {path} at the same time; "
+                            "ragged datasets take one writer at a time"
+                        )
+                elif len(values) > len(shapes):
+                    # An interrupted write: values without shapes. They are the
+                    # tail of the store, so deleting them moves nothing.
+                    values.delete(np.arange(len(shapes), len(values), dtype=np.uint64))
+                group: list[np.ndarray] = []
+                group_bytes = 0
+
+                def flush() -> None:
+                    nonlocal group, group_bytes
+                    if not group:
+                        return
+                    lens = np.array([a.nbytes for a in group], dtype=np.uint64)
+                    offsets = np.cumsum(lens, dtype=np.uint64) - lens
+                    src = np.concatenate([a.reshape(-1).view(np.uint8) for a in group])
+                    dims = np.array([a.shape for a in group], dtype=SHAPE_DTYPE)
+                    values.append_var(src, offsets, lens, durable=durable, timeout=timeout)
+                    shapes.append(dims, len(group), ndim * SHAPE_DTYPE.itemsize, durable=durable,
+                                  timeout=timeout)
+                    group, group_bytes = [], 0
+
+                for item in itertools.chain([] if first is None else [first], it):
+                    a = np.asarray(item)
+                    if a.ndim != ndim:
+                        raise ValueError(
+                            f"every sample must have {ndim} dimensions, got shape {a.shape}"
+                        )
+                    if a.dtype != want:
+                        if not np.can_cast(a.dtype, want, casting="same_kind"):
+                            raise TypeError(f"cannot cast a {a.dtype} sample to {want} safely")
+                        a = a.astype(want)
+                    a = np.ascontiguousarray(a)
+                    if a.nbytes > MAX_RECORD_LEN:
+                        raise ValueError(
+                            f"a sample of {a.nbytes} bytes exceeds the {MAX_RECORD_LEN} byte "
+                            "record limit"
+                        )
+                    group.append(a)
+                    group_bytes += a.nbytes
+                    if group_bytes >= chunk_bytes:
+                        flush()
+                flush()
             finally:
-                existing.close()
-        elif first is None and (want is None or ndim is None):
-            raise ValueError("cannot create a ragged dataset from no arrays without dtype and ndim")
-        else:
-            if want is None:
-                want = np.asarray(first).dtype
-            if ndim is None:
-                ndim = np.asarray(first).ndim
-        want = recordable_dtype(want)
-        if ndim < 1:
-            raise ValueError("ragged samples must have at least one dimension")
-
-        values, shapes = _open_stores(path, codec, checksums, create=True)
-        try:
-            if existing is None:
-                if len(values) or len(shapes):
-                    raise ValueError(
-                        f"{path} holds Zrecord stores but no {SCHEMA}; refusing to turn them "
-                        "into a ragged dataset"
-                    )
-                layout = {"ndim": ndim}
-                if not create_schema(path, FORMAT, FORMAT_VERSION, want, layout, codec, durable):
-                    # A ragged write appends to two stores, which concurrent
-                    # writers would interleave: refuse rather than misalign.
-                    raise ValueError(
-                        f"another writer created a dataset at {path} at the same time; "
-                        "ragged datasets take one writer at a time"
-                    )
-            elif len(values) > len(shapes):
-                # An interrupted write: values without shapes. They are the
-                # tail of the store, so deleting them moves nothing.
-                values.delete(np.arange(len(shapes), len(values), dtype=np.uint64))
-            group: list[np.ndarray] = []
-            group_bytes = 0
-
-            def flush() -> None:
-                nonlocal group, group_bytes
-                if not group:
-                    return
-                lens = np.array([a.nbytes for a in group], dtype=np.uint64)
-                offsets = np.cumsum(lens, dtype=np.uint64) - lens
-                src = np.concatenate([a.reshape(-1).view(np.uint8) for a in group])
-                dims = np.array([a.shape for a in group], dtype=SHAPE_DTYPE)
-                values.append_var(src, offsets, lens, durable=durable, timeout=timeout)
-                shapes.append(dims, len(group), ndim * SHAPE_DTYPE.itemsize, durable=durable,
-                              timeout=timeout)
-                group, group_bytes = [], 0
-
-            for item in itertools.chain([] if first is None else [first], it):
-                a = np.asarray(item)
-                if a.ndim != ndim:
-                    raise ValueError(
-                        f"every sample must have {ndim} dimensions, got shape {a.shape}"
-                    )
-                if a.dtype != want:
-                    if not np.can_cast(a.dtype, want, casting="same_kind"):
-                        raise TypeError(f"cannot cast a {a.dtype} sample to {want} safely")
-                    a = a.astype(want)
-                a = np.ascontiguousarray(a)
-                if a.nbytes > MAX_RECORD_LEN:
-                    raise ValueError(
-                        f"a sample of {a.nbytes} bytes exceeds the {MAX_RECORD_LEN} byte "
-                        "record limit"
-                    )
-                group.append(a)
-                group_bytes += a.nbytes
-                if group_bytes >= chunk_bytes:
-                    flush()
-            flush()
-        finally:
-            values.close()
-            shapes.close()
+                values.close()
+                shapes.close()
         return cls(path, checksums=checksums)

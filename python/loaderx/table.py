@@ -25,7 +25,7 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Union
 
@@ -35,6 +35,7 @@ from ._native import Zrecord
 from .bytes_dataset import BytesDataset
 from .dataset import Dataset
 from .ragged import RaggedDataset
+from .writer_lock import writer_lock
 
 FORMAT = "loaderx-table"
 FORMAT_VERSION = 1
@@ -61,7 +62,11 @@ class Table(Mapping[str, StreamDataset]):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, checksums: bool | None = None, read_only: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        checksums: bool | None = None,
+        read_only: bool = False,
     ) -> None:
         """Opens the table in the directory `path`. A delete that a crash
         interrupted is finished first, which needs write access and no
@@ -322,18 +327,9 @@ def write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
         os.close(fd)
 
 
-@contextmanager
-def table_lock(path: Path) -> Iterator[None]:
-    """Holds the table's writer lock (an exclusive ``flock`` on
-    ``table.lock``), waiting for another writer to finish."""
-    import fcntl
-
-    fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+def table_lock(path: Path) -> AbstractContextManager[None]:
+    """The table's writer lock, ``table.lock`` (``writer_lock.py``)."""
+    return writer_lock(path, LOCK)
 
 
 def repair(path: Path, manifest: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -404,7 +400,9 @@ def column_kind(name: str, column: Any, kind: str | None) -> str:
     return "ragged"
 
 
-def create_stream(path: Path, kind: str, column: Any, codec: str, *, checksums: bool | None) -> None:
+def create_stream(
+    path: Path, kind: str, column: Any, codec: str, *, checksums: bool | None
+) -> None:
     """Creates the empty stream of `kind` at `path` for the items of
     `column` (their dtype and dimensions), unless it exists."""
     if kind == "fixed":

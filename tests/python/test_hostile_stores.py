@@ -72,7 +72,11 @@ def stored_bytes(path, i, change):
 
 
 def flip_middle(path, i=7):
-    stored_bytes(path, i, lambda b: b[: len(b) // 2] + bytes([b[len(b) // 2] ^ 0x10]) + b[len(b) // 2 + 1 :])
+    def flip(b):
+        k = len(b) // 2
+        return b[:k] + bytes([b[k] ^ 0x10]) + b[k + 1 :]
+
+    stored_bytes(path, i, flip)
 
 
 def zero_payload(path, i=7):

@@ -54,5 +54,6 @@ def test_an_unknown_dtype_name_is_refused_naming_the_field(tmp_path):
     schema = json.loads(path.read_text())
     schema["dtype"] = "bfloat17"
     path.write_text(json.dumps(schema))
-    with pytest.raises(ValueError, match="'dtype' 'bfloat17' is not a NumPy dtype, nor an ml_dtypes type"):
+    match = "'dtype' 'bfloat17' is not a NumPy dtype, nor an ml_dtypes type"
+    with pytest.raises(ValueError, match=match):
         Dataset(tmp_path / "d")

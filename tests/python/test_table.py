@@ -196,3 +196,35 @@ def test_kill_9_during_deletes_leaves_aligned_streams(tmp_path, seed):
     assert len(set(ids)) == len(ids) and (3000 - len(ids)) % 3 == 0
     with open(path / "table.json") as f:
         assert json.load(f)["delete"] is None
+
+
+RAGGED_APPENDER = """
+import sys
+import numpy as np
+from loaderx import RaggedDataset
+
+path, who = sys.argv[1], int(sys.argv[2])
+for k in range(150):
+    n = k % 5 + 1
+    RaggedDataset.write(path, [np.full(n, who * 1000 + k, dtype=np.int32)], durable=False).close()
+"""
+
+
+def test_concurrent_ragged_writers_never_misalign_values_and_shapes(tmp_path):
+    """Each writer holds ragged.lock: without it, two writers interleave the
+    appends of the values and the shapes stores."""
+    path = tmp_path / "r"
+    RaggedDataset.write(path, [np.zeros(1, dtype=np.int32)]).close()
+    procs = [subprocess.Popen([sys.executable, "-c", RAGGED_APPENDER, str(path), str(w)])
+             for w in (1, 2)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    with RaggedDataset(path) as ds:
+        samples = ds[1:]
+    assert len(samples) == 300
+    seen = set()
+    for s in samples:
+        value = int(s[0])
+        assert (s == value).all() and len(s) == value % 1000 % 5 + 1, s
+        seen.add(value)
+    assert seen == {w * 1000 + k for w in (1, 2) for k in range(150)}
