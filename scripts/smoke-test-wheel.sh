@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install loaderx into a fresh virtual environment that holds only numpy,
 # then run the quick start (tests/packaging/quick_start.py) from an empty
-# folder, so the installed package is the one imported.
+# folder, so the installed package is the one imported, and the installed
+# `loaderx` command.
 #
 #   scripts/smoke-test-wheel.sh dist                  # the wheel in dist/ that fits this machine
 #   scripts/smoke-test-wheel.sh dist/loaderx-X.whl    # this wheel
@@ -28,3 +29,7 @@ fi
 mkdir "$work/run"
 cd "$work/run"
 "$vpy" "$ROOT/tests/packaging/quick_start.py"
+# The console script the package installs.
+cli="$work/venv/bin/loaderx"
+[ -x "$cli" ] || cli="$work/venv/Scripts/loaderx.exe"   # Windows
+"$cli" --version

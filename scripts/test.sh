@@ -4,7 +4,8 @@
 #   -> cargo test (release) -> fuzz targets (corpus replay, 10 s each)
 #   -> foreign targets (cargo check for macOS, Windows,
 #   aarch64) -> wheels and sdist into dist/ -> extras the tests need
-#   (ml_dtypes) -> reference venv, jax (best
+#   (ml_dtypes, Pillow, tqdm) and real data (elpv-dataset, Fashion-MNIST)
+#   -> reference venv, jax (best
 #   effort) -> pytest tests/ (tests/packaging installs the wheels and sdist)
 # Stops at the first failure and says which step failed.
 #
@@ -46,9 +47,13 @@ step "foreign targets" bash scripts/check-targets.sh
 step wheels bash scripts/build-wheels.sh
 
 # The extras whose tests must run (a test that skips for a missing extra
-# does not count): installed from PyPI unless present.
-step "extras: ml" bash -c '.venv/bin/python -c "import ml_dtypes" 2>/dev/null \
-    || .venv/bin/python -m pip install --quiet --disable-pip-version-check "ml_dtypes>=0.3"'
+# does not count), installed from PyPI unless present, and the real data
+# the converter tests read: elpv-dataset's images (PyPI) and Fashion-MNIST
+# (the Debian package).
+step "extras: ml, convert" bash -c '.venv/bin/python -c "import ml_dtypes, PIL, tqdm, elpv_dataset" \
+    2>/dev/null || .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    "ml_dtypes>=0.3" "Pillow>=9" "tqdm>=4.60" elpv-dataset'
+step "real data: Fashion-MNIST" bash scripts/fashion-mnist.sh
 
 if [ "${SKIP_REF050:-0}" != 1 ]; then
     # Best effort: makes tests/compat run against loaderx 0.5.0; never fails.

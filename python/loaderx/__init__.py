@@ -42,6 +42,7 @@ from .dataset import Dataset
 from .ragged import RaggedDataset
 from .table import Table
 from .table import open_path as open
+from .convert import convert
 
 __all__ = [
     "Dataset",
@@ -50,6 +51,7 @@ __all__ = [
     "BytesDataset",
     "Table",
     "open",
+    "convert",
     "Zrecord",
     "ZrecordError",
     "ZrecordIndexError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import zipfile
 from pathlib import Path
@@ -18,6 +19,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "dist"
 MACHINE = platform.machine()
+#: What the smoke test prints: the quick start's two lines, then the
+#: installed console script's ``loaderx --version``.
+VERSION = re.search(r'^version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M).group(1)
+SMOKE = ["(256, 3, 32, 32) (256,)", "imported from site-packages", f"loaderx {VERSION}"]
 
 
 def _one(pattern: str) -> Path:
@@ -55,7 +60,7 @@ def test_the_wheels_are_manylinux2014_abi3(arch):
 
 def test_the_wheel_runs_the_quick_start_in_a_clean_venv():
     wheel = _one(f"loaderx-*-manylinux2014_{MACHINE}.*.whl")
-    assert _smoke_test(wheel) == ["(256, 3, 32, 32) (256,)", "imported from site-packages"]
+    assert _smoke_test(wheel) == SMOKE
 
 
 def test_the_sdist_builds_and_runs_the_quick_start_in_a_clean_venv():
@@ -63,4 +68,4 @@ def test_the_sdist_builds_and_runs_the_quick_start_in_a_clean_venv():
     # pip builds it in isolation with maturin from PyPI; a target folder
     # kept across runs only saves recompiling the dependencies.
     out = _smoke_test(sdist, CARGO_TARGET_DIR=str(ROOT / "target" / "sdist"))
-    assert out == ["(256, 3, 32, 32) (256,)", "imported from site-packages"]
+    assert out == SMOKE

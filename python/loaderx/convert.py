@@ -1,0 +1,91 @@
+"""Converting the formats people hold into a loaderx table:
+``loaderx.convert(src, dst, ...)`` and ``loaderx convert SRC DST``.
+
+A source module (``sources/``) reads the input and yields its rows in
+groups; each group is appended to the table as one commit (``table.py``),
+so memory stays bounded by a group and a conversion killed at any moment
+leaves a table of the groups that committed. Run again, it checks that the
+table came from the same source with the same options and continues after
+its last committed row: no row twice, none missing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .progress import Progress
+from .schema_file import codec_arg
+from .sources import open_source
+from .table import MANIFEST, Table, read_manifest
+
+#: Bytes of source rows per group (one table append).
+GROUP_BYTES = 64 << 20
+
+
+def convert(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    source: str | None = None,
+    codec: str = "flate",
+    image_size: tuple[int, int] | None = None,
+    checksums: bool | None = None,
+    workers: int | None = None,
+    progress: bool | None = None,
+    group_bytes: int = GROUP_BYTES,
+) -> Table:
+    """Converts `src` into the table at `dst` and returns it, open.
+
+    `source` names the kind of input (``npy``, ``npz``, ``idx``,
+    ``images``); it is detected when None. `codec` is the codec of every
+    stream; `image_size` ``(height, width)`` decodes an image folder's
+    images to that size instead of keeping their encoded bytes; `workers`
+    threads read and decode images (default: the CPU count); `progress`
+    shows a bar (None: when stderr is a terminal). When `dst` holds a
+    table converted from the same source with the same options, the
+    conversion continues after its committed rows.
+
+    Raises:
+        FileNotFoundError: `src` does not exist.
+        ValueError: the source cannot be read (the message names the file,
+            row or column), or `dst` holds something else.
+    """
+    src, dst = Path(src), Path(dst)
+    codec = codec_arg(codec)
+    workers = workers or os.cpu_count() or 1
+    reader = open_source(src, source, image_size=image_size, workers=workers)
+    described = {**reader.describe(), "codec": codec}
+    start = 0
+    if (dst / MANIFEST).is_file():
+        before = read_manifest(dst)
+        if before.get("source") != described:
+            raise ValueError(
+                f"{dst} holds a table converted from {before.get('source')}; this conversion "
+                f"is {described}: convert into another directory"
+            )
+        start = before["length"]
+    elif dst.exists() and any(dst.iterdir()):
+        raise ValueError(f"{dst} exists and is not a loaderx table: convert into a new directory")
+    bar = Progress(reader.rows, f"{src.name} -> {dst.name}", progress, initial=start)
+    try:
+        for group in reader.groups(start, group_bytes):
+            Table.write(dst, group, kinds=reader.kinds, codec=codec, classes=reader.classes,
+                        source=described, checksums=checksums).close()
+            first = next(iter(group.values()))
+            bar.update(len(first), sum(group_nbytes(col) for col in group.values()))
+    finally:
+        bar.close()
+    if not (dst / MANIFEST).is_file():
+        raise ValueError(f"{src}: holds no rows to convert")
+    return Table(dst, checksums=checksums)
+
+
+def group_nbytes(column: Any) -> int:
+    """The bytes of a group's column: an array's, or its items' together."""
+    if isinstance(column, np.ndarray):
+        return column.nbytes
+    return sum(len(x) if isinstance(x, (bytes, str)) else np.asarray(x).nbytes for x in column)

@@ -1,0 +1,80 @@
+"""Internal: the formats ``loaderx convert`` reads, one module each.
+
+A source reads one input (a file or a directory) and yields its rows in
+groups: dicts of stream name to the group's items (a NumPy array for a
+fixed stream, a list of ``bytes``/``str`` for a byte stream, a list of
+arrays for a ragged one), always in the same order, so that a conversion
+interrupted after ``n`` committed rows resumes by skipping them. Each has
+
+* ``rows``: how many rows it holds;
+* ``kinds``: each stream's kind (``fixed``, ``ragged`` or ``bytes``);
+* ``classes``: class names per stream, for label streams;
+* ``describe()``: what the table's manifest records as its ``source``;
+* ``groups(start, max_bytes)``: the rows from ``start`` on, in groups of
+  about ``max_bytes``.
+
+:func:`open_source` picks the module by name, or by what `path` looks like.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+#: Source kind -> its module (imported on demand: some need extras).
+KINDS = {
+    "npy": "numpy_files",
+    "npz": "numpy_files",
+    "idx": "idx",
+    "images": "image_folder",
+}
+
+
+def detect(path: Path) -> str:
+    """The source kind of `path`, from its name and contents."""
+    name = path.name.lower()
+    if path.is_file():
+        if name.endswith(".npy"):
+            return "npy"
+        if name.endswith(".npz"):
+            return "npz"
+        if "idx" in name and (name.endswith("-ubyte") or name.endswith("-ubyte.gz")):
+            return "idx"
+    elif path.is_dir():
+        from .image_folder import looks_like_image_folder
+
+        if looks_like_image_folder(path):
+            return "images"
+    elif not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    raise ValueError(
+        f"{path}: cannot tell what kind of source this is; say it with --from "
+        f"({', '.join(sorted(KINDS))})"
+    )
+
+
+def open_source(path: Path, kind: str | None, **options: Any) -> Any:
+    """The source reading `path`, of `kind` (detected when None)."""
+    import importlib
+
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    kind = kind or detect(path)
+    if kind not in KINDS:
+        raise ValueError(f"unknown source kind {kind!r}; known: {', '.join(sorted(KINDS))}")
+    module = importlib.import_module(f".{KINDS[kind]}", __name__)
+    return module.open_source(path, kind, **options)
+
+
+def array_groups(
+    arrays: Mapping[str, np.ndarray], start: int, max_bytes: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """The rows of `arrays` (all of one length) from `start` on, in groups of
+    about `max_bytes` (at least one row), each a contiguous copy."""
+    rows = len(next(iter(arrays.values())))
+    row_bytes = sum(a[0].nbytes for a in arrays.values()) if rows else 1
+    step = max(1, max_bytes // max(row_bytes, 1))
+    for at in range(start, rows, step):
+        yield {name: np.ascontiguousarray(a[at : at + step]) for name, a in arrays.items()}

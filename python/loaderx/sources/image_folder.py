@@ -1,0 +1,110 @@
+"""Internal: an image folder laid out as ``root/<class>/<image>`` (what
+torchvision's ``ImageFolder`` reads) as a conversion source: an ``image``
+stream and an int64 ``label`` stream, classes in sorted order and their
+names in the manifest. Images are kept as their encoded bytes (the files'
+bytes, bit for bit) unless `image_size` asks for them decoded, converted to
+RGB and resized to ``(H, W, 3)`` uint8 (with Pillow, the ``convert``
+extra)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+#: The file name endings taken as images (torchvision's list).
+EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def is_image(path: Path) -> bool:
+    return path.suffix.lower() in EXTENSIONS and path.is_file()
+
+
+def looks_like_image_folder(root: Path) -> bool:
+    """Whether `root` has a class directory holding an image."""
+    return any(
+        d.is_dir() and any(is_image(f) for f in d.iterdir()) for d in sorted(root.iterdir())
+    )
+
+
+class ImageFolderSource:
+    def __init__(self, root: Path, image_size: tuple[int, int] | None, workers: int) -> None:
+        self.root = root
+        self.image_size = image_size
+        self.workers = workers
+        classes = sorted(d.name for d in root.iterdir() if d.is_dir())
+        self.files: list[Path] = []
+        labels: list[int] = []
+        for label, name in enumerate(classes):
+            for f in sorted((root / name).rglob("*")):
+                if is_image(f):
+                    self.files.append(f)
+                    labels.append(label)
+        if not self.files:
+            raise ValueError(f"{root}: no images in any <class>/ directory")
+        self.labels = np.array(labels, dtype=np.int64)
+        self.rows = len(self.files)
+        self.kinds = {"image": "fixed" if image_size else "bytes", "label": "fixed"}
+        self.classes = {"label": classes}
+        if image_size:
+            _pillow()
+
+    def describe(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"from": "images", "path": str(self.root.resolve())}
+        if self.image_size:
+            d["image_size"] = list(self.image_size)
+        return d
+
+    def read(self, path: Path) -> Any:
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ValueError(f"{path}: cannot be read: {e.strerror}") from None
+        if not self.image_size:
+            return data
+        return decode(path, data, self.image_size)
+
+    def groups(self, start: int, max_bytes: int) -> Iterator[dict[str, Any]]:
+        per = 256
+        with ThreadPoolExecutor(self.workers) as pool:
+            for at in range(start, self.rows, per):
+                files = self.files[at : at + per]
+                images = list(pool.map(self.read, files))
+                if self.image_size:
+                    images = np.stack(images)
+                yield {"image": images, "label": self.labels[at : at + per]}
+
+
+def _pillow() -> Any:
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ValueError(
+            "decoding images needs Pillow: pip install 'loaderx[convert]'"
+        ) from None
+    return Image
+
+
+def decode(path: Path, data: bytes, size: tuple[int, int]) -> np.ndarray:
+    """`data`, the file at `path`, decoded to RGB and resized to `size`
+    (height, width), as a uint8 array."""
+    import io
+
+    Image = _pillow()
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im = im.convert("RGB")
+            if im.size != (size[1], size[0]):
+                im = im.resize((size[1], size[0]), Image.BILINEAR)
+            return np.asarray(im, dtype=np.uint8)
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
+        raise ValueError(f"{path}: not a readable image: {e}") from None
+
+
+def open_source(
+    path: Path, kind: str, *, image_size: tuple[int, int] | None = None, workers: int = 2,
+    **_: Any,
+) -> ImageFolderSource:
+    return ImageFolderSource(path, image_size, workers)
