@@ -47,12 +47,14 @@ step "foreign targets" bash scripts/check-targets.sh
 step wheels bash scripts/build-wheels.sh
 
 # The extras whose tests must run (a test that skips for a missing extra
-# does not count), installed from PyPI unless present, and the real data
-# the converter tests read: elpv-dataset's images (PyPI) and Fashion-MNIST
-# (the Debian package).
-step "extras: ml, convert" bash -c '.venv/bin/python -c "import ml_dtypes, PIL, tqdm, elpv_dataset" \
-    2>/dev/null || .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-    "ml_dtypes>=0.3" "Pillow>=9" "tqdm>=4.60" elpv-dataset'
+# does not count), installed from PyPI unless present; the writers the
+# converter tests build their inputs with (datasets, webdataset); and the
+# real data they read: elpv-dataset's images (PyPI) and Fashion-MNIST (the
+# Debian package).
+step "extras: ml, convert" bash -c '.venv/bin/python -c \
+    "import ml_dtypes, PIL, tqdm, pyarrow, datasets, webdataset, elpv_dataset" 2>/dev/null \
+    || .venv/bin/python -m pip install --quiet --disable-pip-version-check "ml_dtypes>=0.3" \
+       "Pillow>=9" "tqdm>=4.60" "pyarrow>=12" datasets webdataset elpv-dataset'
 step "real data: Fashion-MNIST" bash scripts/fashion-mnist.sh
 
 if [ "${SKIP_REF050:-0}" != 1 ]; then

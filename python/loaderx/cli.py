@@ -43,10 +43,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"loaderx {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    c = sub.add_parser("convert", help="convert npy, npz, IDX files or an image folder")
+    c = sub.add_parser("convert", help="convert npy/npz/IDX/Parquet/Arrow files, image "
+                       "folders, Hugging Face datasets or WebDataset shards")
     c.add_argument("src", type=Path)
     c.add_argument("dst", type=Path)
-    c.add_argument("--from", dest="source", choices=["npy", "npz", "idx", "images"],
+    c.add_argument("--from", dest="source",
+                   choices=["npy", "npz", "idx", "images", "parquet", "arrow", "hf", "webdataset"],
                    help="the kind of SRC (detected when omitted)")
     c.add_argument("--codec", default="flate", choices=["raw", "flate", "lz4", "zstd"])
     c.add_argument("--image-size", type=image_size, metavar="HxW",

@@ -27,7 +27,7 @@ GROUP_BYTES = 64 << 20
 
 
 def convert(
-    src: str | os.PathLike[str],
+    src: str | os.PathLike[str] | Any,
     dst: str | os.PathLike[str],
     *,
     source: str | None = None,
@@ -40,8 +40,10 @@ def convert(
 ) -> Table:
     """Converts `src` into the table at `dst` and returns it, open.
 
+    `src` is a file or folder, or a Hugging Face ``datasets.Dataset``.
     `source` names the kind of input (``npy``, ``npz``, ``idx``,
-    ``images``); it is detected when None. `codec` is the codec of every
+    ``images``, ``parquet``, ``arrow``, ``hf``, ``webdataset``); it is
+    detected when None. `codec` is the codec of every
     stream; `image_size` ``(height, width)`` decodes an image folder's
     images to that size instead of keeping their encoded bytes; `workers`
     threads read and decode images (default: the CPU count); `progress`
@@ -54,7 +56,9 @@ def convert(
         ValueError: the source cannot be read (the message names the file,
             row or column), or `dst` holds something else.
     """
-    src, dst = Path(src), Path(dst)
+    if isinstance(src, (str, os.PathLike)):
+        src = Path(src)
+    dst = Path(dst)
     codec = codec_arg(codec)
     workers = workers or os.cpu_count() or 1
     reader = open_source(src, source, image_size=image_size, workers=workers)
@@ -70,7 +74,8 @@ def convert(
         start = before["length"]
     elif dst.exists() and any(dst.iterdir()):
         raise ValueError(f"{dst} exists and is not a loaderx table: convert into a new directory")
-    bar = Progress(reader.rows, f"{src.name} -> {dst.name}", progress, initial=start)
+    name = src.name if isinstance(src, Path) else type(src).__name__
+    bar = Progress(reader.rows, f"{name} -> {dst.name}", progress, initial=start)
     try:
         for group in reader.groups(start, group_bytes):
             Table.write(dst, group, kinds=reader.kinds, codec=codec, classes=reader.classes,

@@ -29,6 +29,10 @@ KINDS = {
     "npz": "numpy_files",
     "idx": "idx",
     "images": "image_folder",
+    "parquet": "arrow_tables",
+    "arrow": "arrow_tables",
+    "hf": "arrow_tables",
+    "webdataset": "webdataset_tars",
 }
 
 
@@ -42,9 +46,19 @@ def detect(path: Path) -> str:
             return "npz"
         if "idx" in name and (name.endswith("-ubyte") or name.endswith("-ubyte.gz")):
             return "idx"
+        if name.endswith(".parquet"):
+            return "parquet"
+        if name.endswith((".arrow", ".feather", ".ipc")):
+            return "arrow"
+        if name.endswith(".tar"):
+            return "webdataset"
     elif path.is_dir():
         from .image_folder import looks_like_image_folder
 
+        if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
+            return "hf"
+        if any(path.glob("*.tar")):
+            return "webdataset"
         if looks_like_image_folder(path):
             return "images"
     elif not path.exists():
@@ -55,11 +69,14 @@ def detect(path: Path) -> str:
     )
 
 
-def open_source(path: Path, kind: str | None, **options: Any) -> Any:
-    """The source reading `path`, of `kind` (detected when None)."""
+def open_source(path: Any, kind: str | None, **options: Any) -> Any:
+    """The source reading `path`, of `kind` (detected when None); `path`
+    may also be a ``datasets.Dataset`` object (kind ``hf``)."""
     import importlib
 
-    if not path.exists():
+    if not isinstance(path, Path):
+        kind = "hf"
+    elif not path.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
     kind = kind or detect(path)
     if kind not in KINDS:
