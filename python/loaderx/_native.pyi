@@ -104,6 +104,7 @@ class Zrecord:
         item_len: int,
         codec: str | None = None,
         *,
+        level: int | None = None,
         durable: bool = False,
         timeout: float = 60.0,
     ) -> int: ...
@@ -114,6 +115,7 @@ class Zrecord:
         lens: _Indices,
         codec: str | None = None,
         *,
+        level: int | None = None,
         durable: bool = False,
         timeout: float = 60.0,
     ) -> int: ...

@@ -139,6 +139,7 @@ class BytesDataset(DatasetBase):
         codec: str = "flate",
         *,
         kind: str | None = None,
+        level: int | None = None,
         durable: bool = True,
         checksums: bool | None = None,
         chunk_bytes: int = WRITE_CHUNK_BYTES,
@@ -149,8 +150,8 @@ class BytesDataset(DatasetBase):
 
         `kind` is ``'bytes'`` or ``'str'``; by default the existing dataset's,
         else ``'str'`` when the first item is a str. Items are written in
-        groups of about `chunk_bytes`; `durable`, `checksums` and `timeout`
-        as for :meth:`loaderx.Dataset.write`.
+        groups of about `chunk_bytes`; `level`, `durable`, `checksums` and
+        `timeout` as for :meth:`loaderx.Dataset.write`.
 
         Raises:
             ValueError: unknown codec or kind, an item over MAX_RECORD_LEN
@@ -194,7 +195,7 @@ class BytesDataset(DatasetBase):
                     lens = np.fromiter(map(len, group), dtype=np.uint64, count=len(group))
                     src = np.frombuffer(b"".join(group), dtype=np.uint8)
                     store.append_var(src, np.cumsum(lens, dtype=np.uint64) - lens, lens,
-                                     durable=durable, timeout=timeout)
+                                     level=level, durable=durable, timeout=timeout)
                 group, group_bytes = [], 0
 
             for item in itertools.chain([] if first is None else [first], it):

@@ -51,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
                    choices=["npy", "npz", "idx", "images", "parquet", "arrow", "hf", "webdataset"],
                    help="the kind of SRC (detected when omitted)")
     c.add_argument("--codec", default="flate", choices=["raw", "flate", "lz4", "zstd"])
+    c.add_argument("--level", type=int, default=None,
+                   help="the codec's level (flate 1-12, zstd up to 22)")
     c.add_argument("--image-size", type=image_size, metavar="HxW",
                    help="decode images to HxW RGB instead of keeping their bytes")
     c.add_argument("--checksums", action=argparse.BooleanOptionalAction, default=None,
@@ -97,7 +99,7 @@ def run_convert(args: argparse.Namespace) -> int:
     from .convert import convert
 
     started = time.perf_counter()
-    with convert(args.src, args.dst, source=args.source, codec=args.codec,
+    with convert(args.src, args.dst, source=args.source, codec=args.codec, level=args.level,
                  image_size=args.image_size, checksums=args.checksums, workers=args.workers,
                  progress=False if args.quiet else None) as table:
         if not args.quiet:

@@ -32,6 +32,7 @@ def convert(
     *,
     source: str | None = None,
     codec: str = "flate",
+    level: int | None = None,
     image_size: tuple[int, int] | None = None,
     checksums: bool | None = None,
     workers: int | None = None,
@@ -44,7 +45,7 @@ def convert(
     `source` names the kind of input (``npy``, ``npz``, ``idx``,
     ``images``, ``parquet``, ``arrow``, ``hf``, ``webdataset``); it is
     detected when None. `codec` is the codec of every
-    stream; `image_size` ``(height, width)`` decodes an image folder's
+    stream and `level` its level; `image_size` ``(height, width)`` decodes an image folder's
     images to that size instead of keeping their encoded bytes; `workers`
     threads read and decode images (default: the CPU count); `progress`
     shows a bar (None: when stderr is a terminal). When `dst` holds a
@@ -62,7 +63,7 @@ def convert(
     codec = codec_arg(codec)
     workers = workers or os.cpu_count() or 1
     reader = open_source(src, source, image_size=image_size, workers=workers)
-    described = {**reader.describe(), "codec": codec}
+    described = {**reader.describe(), "codec": codec, "level": level}
     start = 0
     if (dst / MANIFEST).is_file():
         before = read_manifest(dst)
@@ -78,8 +79,8 @@ def convert(
     bar = Progress(reader.rows, f"{name} -> {dst.name}", progress, initial=start)
     try:
         for group in reader.groups(start, group_bytes):
-            Table.write(dst, group, kinds=reader.kinds, codec=codec, classes=reader.classes,
-                        source=described, checksums=checksums).close()
+            Table.write(dst, group, kinds=reader.kinds, codec=codec, level=level,
+                        classes=reader.classes, source=described, checksums=checksums).close()
             first = next(iter(group.values()))
             bar.update(len(first), sum(group_nbytes(col) for col in group.values()))
     finally:

@@ -180,6 +180,7 @@ class Dataset(DatasetBase):
         codec: str = "flate",
         chunk_bytes: int = WRITE_CHUNK_BYTES,
         *,
+        level: int | None = None,
         durable: bool = True,
         checksums: bool | None = None,
         timeout: float = 60.0,
@@ -191,7 +192,9 @@ class Dataset(DatasetBase):
         mmapped ``np.load(..., mmap_mode='r')`` array is never read into
         memory whole; non-contiguous arrays are copied chunk by chunk.
 
-        When `path` already holds a dataset of the same dtype and shape, the
+        `level` is the codec's level (flate 1-12, default 6; zstd up to 22,
+        default 3; see docs/loader.md); readers need not know it. When
+        `path` already holds a dataset of the same dtype and shape, the
         samples are appended to it, with the codec it records. Otherwise the
         store is created first and its schema.json written (atomically) right
         after. `durable` flushes every chunk to stable storage before the
@@ -250,8 +253,8 @@ class Dataset(DatasetBase):
             step = max(1, chunk_bytes // max(itemsize, 1))
             for start in range(0, len(array), step):
                 block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
-                store.append(block, len(block), itemsize, codec, durable=durable,
-                             timeout=timeout)
+                store.append(block, len(block), itemsize, codec, level=level,
+                             durable=durable, timeout=timeout)
         finally:
             store.close()
         return cls(path, checksums=checksums)

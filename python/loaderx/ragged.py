@@ -203,6 +203,7 @@ class RaggedDataset(DatasetBase):
         dtype: Any = None,
         *,
         ndim: int | None = None,
+        level: int | None = None,
         durable: bool = True,
         checksums: bool | None = None,
         chunk_bytes: int = WRITE_CHUNK_BYTES,
@@ -305,7 +306,8 @@ class RaggedDataset(DatasetBase):
                     offsets = np.cumsum(lens, dtype=np.uint64) - lens
                     src = np.concatenate([a.reshape(-1).view(np.uint8) for a in group])
                     dims = np.array([a.shape for a in group], dtype=SHAPE_DTYPE)
-                    values.append_var(src, offsets, lens, durable=durable, timeout=timeout)
+                    values.append_var(src, offsets, lens, level=level, durable=durable,
+                                      timeout=timeout)
                     shapes.append(dims, len(group), ndim * SHAPE_DTYPE.itemsize, durable=durable,
                                   timeout=timeout)
                     group, group_bytes = [], 0

@@ -163,6 +163,7 @@ class Table(Mapping[str, StreamDataset]):
         *,
         kinds: Mapping[str, str] | None = None,
         codec: str | Mapping[str, str] = "flate",
+        level: int | None = None,
         classes: Mapping[str, list[str]] | None = None,
         source: Mapping[str, Any] | None = None,
         durable: bool = True,
@@ -176,7 +177,8 @@ class Table(Mapping[str, StreamDataset]):
         A column's kind is ``kinds[name]`` if given, else ``'fixed'`` for a
         NumPy array, ``'bytes'`` for a sequence of str or bytes, and
         ``'ragged'`` for a sequence of arrays. `codec` is one codec for
-        every stream or one per stream name; `classes` and `source` are
+        every stream or one per stream name, `level` its level (see
+        :meth:`loaderx.Dataset.write`); `classes` and `source` are
         recorded in the manifest of a new table. After a crash at any point
         the table holds the rows of the appends that returned, and maybe
         those of the one in flight, in every stream alike.
@@ -213,8 +215,8 @@ class Table(Mapping[str, StreamDataset]):
                     f"{sorted(columns)}"
                 )
             for name, col in columns.items():
-                write_rows(path / name, manifest["streams"][name], col, durable=durable,
-                           checksums=checksums, timeout=timeout)
+                write_rows(path / name, manifest["streams"][name], col, level=level,
+                           durable=durable, checksums=checksums, timeout=timeout)
             manifest["length"] += next(iter(counts.values()))
             write_manifest(path, manifest)
         return cls(path, checksums=checksums)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import Counter, compressible, random_bytes
-from loaderx import MAX_RECORD_LEN, Zrecord, ZrecordError
+from loaderx import MAX_RECORD_LEN, InvalidArgumentError, Zrecord, ZrecordError
 
 CODECS = ["raw", "flate", "lz4", "zstd"]
 
@@ -490,3 +490,32 @@ def test_integer_arguments_out_of_range_name_the_argument_and_its_range(tmp_path
             call()
     assert Sampler(10, 2, iid).seed == 42
     assert Sampler(10, 2, iid, seed=2**64 - 1).seed == 2**64 - 1
+
+
+def test_a_codec_level_changes_the_size_not_the_bytes_read_back(tmp_path):
+    data = np.tile(np.arange(4096, dtype=np.uint8) // 7, (50, 1))
+    sizes = {}
+    for codec, level in [("flate", 1), ("flate", 12), ("zstd", 1), ("zstd", 19), ("zstd", -5)]:
+        with Zrecord(str(tmp_path / f"{codec}{level}"), codec) as z:
+            z.append(data, 50, 4096, level=level)
+            out = np.empty_like(data)
+            z.gather(np.arange(50, dtype=np.uint64), out, 4096)
+            np.testing.assert_array_equal(out, data)
+            sizes[codec, level] = z.stats()["live_bytes"]
+    assert sizes["flate", 12] <= sizes["flate", 1]
+    assert sizes["zstd", 19] <= sizes["zstd", 1] <= sizes["zstd", -5]
+
+
+@pytest.mark.parametrize("codec, level, says", [
+    ("zstd", 23, "level 23 is outside -131072..=22 for codec zstd"),
+    ("flate", 0, "level 0 is outside 1..=12 for codec flate"),
+    ("lz4", 3, "codec lz4 has no levels"),
+    ("raw", 1, "codec raw has no levels"),
+])
+def test_a_level_the_codec_lacks_is_refused(tmp_path, codec, level, says):
+    with Zrecord(str(tmp_path / "z"), codec) as z:
+        with pytest.raises(InvalidArgumentError, match=says):
+            z.append(b"abcd" * 100, 1, 400, level=level)
+        with pytest.raises(TypeError, match="level must be an int, not bool"):
+            z.append(b"abcd" * 100, 1, 400, level=True)
+        assert len(z) == 0

@@ -224,6 +224,25 @@ pub(crate) fn uint<T: TryFrom<u64>>(obj: &Bound<'_, PyAny>, what: &str, max: u64
     }
 }
 
+/// A Python int that fits an `i32` (a compression level): a `TypeError` or
+/// `ValueError` naming the argument `what` otherwise; the engine checks the
+/// range that the codec allows.
+pub(crate) fn int32(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i32> {
+    if obj.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be an int, not bool"
+        )));
+    }
+    let index = obj
+        .call_method0(intern!(obj.py(), "__index__"))
+        .map_err(|_| {
+            PyTypeError::new_err(format!("{what} must be an int, not {}", type_name(obj)))
+        })?;
+    index
+        .extract::<i32>()
+        .map_err(|_| PyValueError::new_err(format!("{what} {index} is out of range")))
+}
+
 fn out_of(what: &str, max: u64, value: &Bound<'_, PyAny>) -> PyErr {
     PyValueError::new_err(format!("{what} must be an int in 0..={max}, not {value}"))
 }

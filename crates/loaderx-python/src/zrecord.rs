@@ -18,7 +18,7 @@ use pyo3::types::PyDict;
 use zrecord::{AppendOptions, BatchBuffer, Checksums, Codec, Store, StoreOptions};
 
 use crate::batch_array;
-use crate::convert::{seconds, u32s, u64s, uint, Dst, Src};
+use crate::convert::{int32, seconds, u32s, u64s, uint, Dst, Src};
 use crate::error;
 
 enum Slot {
@@ -163,6 +163,7 @@ impl Zrecord {
     fn append_options(
         &self,
         codec: Option<&str>,
+        level: Option<&Bound<'_, PyAny>>,
         durable: bool,
         timeout: f64,
     ) -> PyResult<AppendOptions> {
@@ -171,6 +172,7 @@ impl Zrecord {
                 Some(name) => codec_arg(name)?,
                 None => self.codec,
             },
+            level: level.map(|l| int32(l, "level")).transpose()?,
             durable,
             wait: seconds(timeout, "timeout")?,
         })
@@ -341,11 +343,12 @@ impl Zrecord {
 
     /// Appends `n` records of `item_len` bytes laid out back to back at the
     /// start of `src` (bytes, a numpy array or a contiguous buffer). Returns
-    /// the index of the first new record. `durable=True` flushes the commit
-    /// to stable storage before returning. While another handle or thread
+    /// the index of the first new record. `level` is the codec's level
+    /// (flate 1..=12, zstd -131072..=22; its default when None). `durable=True`
+    /// flushes the commit to stable storage before returning. While another handle or thread
     /// appends, the call waits for it, up to `timeout` seconds (StoreBusyError
     /// after that; `float('inf')` waits for ever).
-    #[pyo3(signature = (src, n, item_len, codec = None, *, durable = false, timeout = 60.0))]
+    #[pyo3(signature = (src, n, item_len, codec = None, *, level = None, durable = false, timeout = 60.0))]
     // The Python signature: each argument is one of `append`'s.
     #[allow(clippy::too_many_arguments)]
     fn append(
@@ -355,12 +358,13 @@ impl Zrecord {
         n: &Bound<'_, PyAny>,
         item_len: &Bound<'_, PyAny>,
         codec: Option<&str>,
+        level: Option<&Bound<'_, PyAny>>,
         durable: bool,
         timeout: f64,
     ) -> PyResult<u32> {
         let n: usize = uint(n, "n", usize::MAX as u64)?;
         let item_len: usize = uint(item_len, "item_len", usize::MAX as u64)?;
-        let options = self.append_options(codec, durable, timeout)?;
+        let options = self.append_options(codec, level, durable, timeout)?;
         let src = Src::new(src)?;
         let bytes = src.bytes()?;
         let store = self.shared()?;
@@ -371,7 +375,7 @@ impl Zrecord {
     /// Appends ragged records: record k is src[offsets[k]:offsets[k] + lens[k]].
     /// Returns the index of the first new record. Waits for other appends
     /// up to `timeout` seconds, as `append` does.
-    #[pyo3(signature = (src, offsets, lens, codec = None, *, durable = false, timeout = 60.0))]
+    #[pyo3(signature = (src, offsets, lens, codec = None, *, level = None, durable = false, timeout = 60.0))]
     // The Python signature: each argument is one of `append`'s.
     #[allow(clippy::too_many_arguments)]
     fn append_var(
@@ -381,10 +385,11 @@ impl Zrecord {
         offsets: &Bound<'_, PyAny>,
         lens: &Bound<'_, PyAny>,
         codec: Option<&str>,
+        level: Option<&Bound<'_, PyAny>>,
         durable: bool,
         timeout: f64,
     ) -> PyResult<u32> {
-        let options = self.append_options(codec, durable, timeout)?;
+        let options = self.append_options(codec, level, durable, timeout)?;
         let offsets = u64s(offsets, "offsets")?;
         let lens = u32s(lens, "lens")?;
         let src = Src::new(src)?;

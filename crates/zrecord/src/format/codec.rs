@@ -25,11 +25,13 @@ pub enum Codec {
 }
 
 /// libdeflate's level: its default, a good ratio at several hundred MB/s.
-const FLATE_LEVEL: i32 = 6;
+pub const FLATE_LEVEL: i32 = 6;
+/// The flate levels libdeflate offers that compress (0 only copies).
+const FLATE_LEVELS: std::ops::RangeInclusive<i32> = 1..=12;
 /// zstd's own default. Level 1 skips entropy coding of literals, so on
 /// match-poor data (sensor readings, smooth images) it stores nothing smaller
 /// than raw; level 3 still writes at several hundred MB/s per core.
-const ZSTD_LEVEL: i32 = 3;
+pub const ZSTD_LEVEL: i32 = 3;
 
 impl Codec {
     pub const ALL: [Codec; 4] = [Codec::Raw, Codec::Flate, Codec::Lz4, Codec::Zstd];
@@ -61,15 +63,47 @@ impl Codec {
     pub fn from_name(name: &str) -> Option<Codec> {
         Codec::ALL.into_iter().find(|c| c.name() == name)
     }
+
+    /// The level records are encoded at: `level` when given, else the
+    /// codec's default (0 for the codecs that have no levels). Fails, with
+    /// a reason, for a level the codec does not have.
+    pub fn level(self, level: Option<i32>) -> Result<i32, String> {
+        let range = match self {
+            Codec::Flate => FLATE_LEVELS,
+            Codec::Zstd => zstd::compression_level_range(),
+            Codec::Raw | Codec::Lz4 => {
+                return match level {
+                    None => Ok(0),
+                    Some(_) => Err(format!("codec {} has no levels", self.name())),
+                }
+            }
+        };
+        let default = if self == Codec::Flate {
+            FLATE_LEVEL
+        } else {
+            ZSTD_LEVEL
+        };
+        match level {
+            None => Ok(default),
+            Some(l) if range.contains(&l) => Ok(l),
+            Some(l) => Err(format!(
+                "level {l} is outside {}..={} for codec {}",
+                range.start(),
+                range.end(),
+                self.name()
+            )),
+        }
+    }
 }
 
 /// Per-thread coder state, built once per thread: libdeflate's compressor
 /// alone is several hundred KiB, far too much to build per record.
 #[derive(Default)]
 struct Scratch {
-    deflate_enc: Option<libdeflater::Compressor>,
+    /// The compressors, with the level each was built for.
+    deflate_enc: Option<(i32, libdeflater::Compressor)>,
     deflate_dec: Option<libdeflater::Decompressor>,
-    zstd_enc: Option<zstd::bulk::Compressor<'static>>,
+    zstd_enc: Option<(i32, zstd::bulk::Compressor<'static>)>,
     zstd_dec: Option<zstd::bulk::Decompressor<'static>>,
 }
 
@@ -83,30 +117,35 @@ pub(crate) fn encode_bound(len: usize) -> usize {
     lz4_flex::block::get_maximum_output_size(len).max(len)
 }
 
-/// Encodes `record` with `codec` into `out`, which holds at least
-/// `encode_bound(record.len())` bytes. Returns the encoded size, or `None`
-/// when the record did not shrink (or the codec is `Raw`): the caller then
-/// stores it raw.
-pub(crate) fn encode(codec: Codec, record: &[u8], out: &mut [u8]) -> Option<usize> {
+/// Encodes `record` with `codec` at `level` (checked by [`Codec::level`])
+/// into `out`, which holds at least `encode_bound(record.len())` bytes.
+/// Returns the encoded size, or `None` when the record did not shrink (or
+/// the codec is `Raw`): the caller then stores it raw.
+pub(crate) fn encode(codec: Codec, level: i32, record: &[u8], out: &mut [u8]) -> Option<usize> {
     // Only a strictly smaller encoding is worth storing.
     let limit = record.len().checked_sub(1)?;
     SCRATCH
         .with_borrow_mut(|s| match codec {
             Codec::Raw => None,
-            Codec::Flate => s
-                .deflate_enc
-                .get_or_insert_with(|| {
-                    libdeflater::Compressor::new(
-                        libdeflater::CompressionLvl::new(FLATE_LEVEL).expect("valid level"),
-                    )
-                })
-                .deflate_compress(record, &mut out[..limit])
-                .ok(),
+            Codec::Flate => {
+                let enc = match &mut s.deflate_enc {
+                    Some((l, enc)) if *l == level => enc,
+                    slot => {
+                        let lvl = libdeflater::CompressionLvl::new(level).ok()?;
+                        &mut slot.insert((level, libdeflater::Compressor::new(lvl))).1
+                    }
+                };
+                enc.deflate_compress(record, &mut out[..limit]).ok()
+            }
             Codec::Lz4 => lz4_flex::block::compress_into(record, out).ok(),
             Codec::Zstd => {
                 let enc = match &mut s.zstd_enc {
-                    Some(enc) => enc,
-                    slot => slot.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL).ok()?),
+                    Some((l, enc)) if *l == level => enc,
+                    slot => {
+                        &mut slot
+                            .insert((level, zstd::bulk::Compressor::new(level).ok()?))
+                            .1
+                    }
                 };
                 enc.compress_to_buffer(record, &mut out[..limit]).ok()
             }
@@ -172,12 +211,41 @@ mod tests {
         (0..n).map(|i| (i / 7) as u8).collect()
     }
 
+    /// Every level a codec has writes a stream the one decoder reads, and
+    /// a thread's cached encoder follows the level it is asked for.
+    #[test]
+    fn every_level_round_trips_and_levels_a_codec_lacks_are_refused() {
+        let record = compressible(10_000);
+        for (codec, levels) in [
+            (Codec::Flate, vec![1, 6, 12, 1]),
+            (Codec::Zstd, vec![-5, 1, 19, 3]),
+        ] {
+            let mut sizes = Vec::new();
+            for level in levels {
+                assert_eq!(codec.level(Some(level)), Ok(level));
+                let mut out = vec![0; encode_bound(record.len())];
+                let n = encode(codec, level, &record, &mut out).unwrap();
+                let mut back = vec![0; record.len()];
+                decode(codec.tag(), &out[..n], &mut back, RawCopy::Cached).unwrap();
+                assert_eq!(back, record, "{codec:?} level {level}");
+                sizes.push(n);
+            }
+            assert!(sizes[2] <= sizes[1], "{codec:?}: {sizes:?}");
+        }
+        assert_eq!(Codec::Zstd.level(None), Ok(ZSTD_LEVEL));
+        assert_eq!(Codec::Flate.level(None), Ok(FLATE_LEVEL));
+        assert!(Codec::Flate.level(Some(13)).is_err());
+        assert!(Codec::Zstd.level(Some(23)).is_err());
+        assert!(Codec::Lz4.level(Some(1)).is_err());
+        assert_eq!(Codec::Raw.level(None), Ok(0));
+    }
+
     #[test]
     fn every_codec_round_trips_and_shrinks_compressible_data() {
         let record = compressible(10_000);
         for codec in [Codec::Flate, Codec::Lz4, Codec::Zstd] {
             let mut out = vec![0; encode_bound(record.len())];
-            let n = encode(codec, &record, &mut out)
+            let n = encode(codec, codec.level(None).unwrap(), &record, &mut out)
                 .unwrap_or_else(|| panic!("{codec:?} did not shrink"));
             assert!(n < record.len());
             let mut back = vec![0; record.len()];
@@ -199,8 +267,15 @@ mod tests {
             .collect();
         for codec in Codec::ALL {
             let mut out = vec![0; encode_bound(noise.len())];
-            assert_eq!(encode(codec, &noise, &mut out), None, "{codec:?}");
-            assert_eq!(encode(codec, &[], &mut out), None);
+            assert_eq!(
+                encode(codec, codec.level(None).unwrap(), &noise, &mut out),
+                None,
+                "{codec:?}"
+            );
+            assert_eq!(
+                encode(codec, codec.level(None).unwrap(), &[], &mut out),
+                None
+            );
         }
     }
 
@@ -208,7 +283,7 @@ mod tests {
     fn decode_rejects_wrong_sizes_and_unknown_tags() {
         let record = compressible(1000);
         let mut out = vec![0; encode_bound(record.len())];
-        let n = encode(Codec::Flate, &record, &mut out).unwrap();
+        let n = encode(Codec::Flate, FLATE_LEVEL, &record, &mut out).unwrap();
         let fails = |tag, stored: &[u8], len| {
             decode(tag, stored, &mut vec![0; len], RawCopy::Cached).is_err()
         };

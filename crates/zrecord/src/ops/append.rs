@@ -37,6 +37,9 @@ use crate::store::Store;
 pub struct AppendOptions {
     /// Codec to try on each record; records that do not shrink are stored raw.
     pub codec: Codec,
+    /// The codec's level (flate 1..=12, zstd's range); `None` for its
+    /// default ([`Codec::level`]). Readers need not know it.
+    pub level: Option<i32>,
     /// Flush data, table and header to stable storage, in that order, before
     /// returning, so the commit survives power loss (docs/FORMAT.md,
     /// "Durability").
@@ -54,6 +57,7 @@ impl Default for AppendOptions {
     fn default() -> Self {
         AppendOptions {
             codec: Codec::Flate,
+            level: None,
             durable: false,
             wait: DEFAULT_APPEND_WAIT,
         }
@@ -193,7 +197,11 @@ impl Store {
                 self.chunk_limit
             )));
         }
-        let shards = encode_batch(batch, options.codec, self.checksums.is_some());
+        let level = options
+            .codec
+            .level(options.level)
+            .map_err(|e| self.invalid(e))?;
+        let shards = encode_batch(batch, options.codec, level, self.checksums.is_some());
 
         // Both waits share one deadline: first for the other threads of
         // this handle, then for other handles and processes.
@@ -394,6 +402,7 @@ mod tests {
             codec: Codec::Raw,
             durable: false,
             wait,
+            ..AppendOptions::default()
         }
     }
 

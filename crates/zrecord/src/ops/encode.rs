@@ -91,9 +91,15 @@ pub(crate) struct Piece {
     pub(crate) phys: usize,
 }
 
-/// Encodes the batch in contiguous shards, one per worker, with each
-/// record's checksum when `checksums` is set.
-pub(crate) fn encode_batch(batch: Batch<'_>, codec: Codec, checksums: bool) -> Vec<Shard> {
+/// Encodes the batch in contiguous shards, one per worker, with `codec` at
+/// `level` (checked by [`Codec::level`]) and each record's checksum when
+/// `checksums` is set.
+pub(crate) fn encode_batch(
+    batch: Batch<'_>,
+    codec: Codec,
+    level: i32,
+    checksums: bool,
+) -> Vec<Shard> {
     let n = batch.count();
     let crc = |record: &[u8]| if checksums { crc32c::crc32c(record) } else { 0 };
     let bytes: u64 = (0..n).map(|i| batch.get(i).len() as u64).sum();
@@ -143,7 +149,7 @@ pub(crate) fn encode_batch(batch: Batch<'_>, codec: Codec, checksums: bool) -> V
             .map(|i| {
                 let record = batch.get(i);
                 let room = cursor + encode_bound(record.len());
-                match encode(codec, record, &mut buf[cursor..room]) {
+                match encode(codec, level, record, &mut buf[cursor..room]) {
                     Some(phys) => {
                         cursor += phys;
                         Piece {
