@@ -3,8 +3,9 @@ measurement behind the default zstd level (bench/README.md, "zstd levels").
 
     bench/.venv/bin/python bench/zstd_levels.py A D     # after bench/run.sh made the data
 
-For each workload, writes a flate store (level 6, what 0.5.0 reads) and zstd
-stores at several levels, then reports each store's stored/logical size,
+For each workload, writes a flate store (level 6, what 0.5.0 reads), zstd
+stores at several levels and zstd-dict stores (with a dictionary trained on
+the first records), then reports each store's stored/logical size,
 its write speed, and its warm gather speed (random 256-record batches, 2 s,
 median of 3), next to loaderx 0.5.0's gather of the flate store (run under
 .ref050-venv's Python, in its own process).
@@ -24,6 +25,7 @@ from loaderx import Dataset
 BENCH = Path(__file__).parent
 REF_PYTHON = BENCH.parent / ".ref050-venv" / "bin" / "python"
 LEVELS = [3, 6, 9, 12, 15, 19]
+DICT_LEVELS = [3, 6, 9, 12]
 
 GATHER = """
 import sys, time, json
@@ -53,7 +55,9 @@ for workload in sys.argv[1:]:
     sample = src[0].nbytes
     with tempfile.TemporaryDirectory(dir=BENCH / "out") as tmp:
         rows = []
-        for codec, level in [("flate", 6)] + [("zstd", lvl) for lvl in LEVELS]:
+        stores = [("flate", 6)] + [("zstd", lvl) for lvl in LEVELS]
+        stores += [("zstd-dict", lvl) for lvl in DICT_LEVELS]
+        for codec, level in stores:
             path = Path(tmp) / f"{codec}{level}.zr"
             t0 = time.perf_counter()
             Dataset.write(path, src, codec=codec, level=level, durable=False).close()
@@ -66,6 +70,6 @@ for workload in sys.argv[1:]:
         ref = gather_batches_s(REF_PYTHON, rows[0][5]) * 256 * sample / 1e6
         print(f"{workload}: 0.5.0 flate gather {ref:,.0f} MB/s")
         for codec, level, size, write_mb_s, mb_s, _ in rows:
-            print(f"{workload} {codec:5s} level {level:2d}: size {size:.3f} of the source, "
+            print(f"{workload} {codec:9s} level {level:2d}: size {size:.3f} of the source, "
                   f"write {write_mb_s:,.0f} MB/s, gather {mb_s:,.0f} MB/s = "
                   f"{mb_s / ref:.1f}x 0.5.0 flate", flush=True)

@@ -50,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--from", dest="source",
                    choices=["npy", "npz", "idx", "images", "parquet", "arrow", "hf", "webdataset"],
                    help="the kind of SRC (detected when omitted)")
-    c.add_argument("--codec", default="flate", choices=["raw", "flate", "lz4", "zstd"])
+    c.add_argument("--codec", default="flate",
+                   choices=["raw", "flate", "lz4", "zstd", "zstd-dict"])
     c.add_argument("--level", type=int, default=None,
                    help="the codec's level (flate 1-12, zstd up to 22)")
     c.add_argument("--image-size", type=image_size, metavar="HxW",

@@ -22,7 +22,7 @@ import numpy as np
 
 SCHEMA = "schema.json"
 #: The codecs a schema may name (those of the native store).
-CODECS = ("raw", "flate", "lz4", "zstd")
+CODECS = ("raw", "flate", "lz4", "zstd", "zstd-dict")
 
 
 @contextmanager

@@ -280,3 +280,37 @@ def test_reference_is_isolated():
     assert info["version"] == "0.5.0"
     assert Path(info["file"]).resolve() != Path(loaderx.__file__).resolve()
     assert Path(sys.prefix).resolve() != (REPO / ".ref050-venv").resolve()
+
+
+REFUSES = """
+import sys
+import numpy as np
+from loaderx import Dataset
+try:
+    ds = Dataset(sys.argv[1])
+    got = ds[np.arange(len(ds))]
+except Exception as e:  # 0.5.0's own exception classes
+    print("refused:", type(e).__name__, str(e)[:200])
+else:
+    print("read:", got.dtype, got.shape)
+"""
+
+
+@pytest.mark.parametrize("what", ["zstd-dict", "bfloat16"])
+def test_0_5_0_refuses_what_it_cannot_read_cleanly(tmp_path, what):
+    """A store that needs a feature 0.5.0 lacks (the zstd-dict codec, an
+    ml_dtypes dtype) makes 0.5.0 raise, neither crash nor return bytes."""
+    rng = np.random.default_rng(0)
+    data = (rng.integers(0, 4, size=(3000, 512)) * 3).astype(np.uint8)
+    if what == "bfloat16":
+        import ml_dtypes
+
+        data = data.astype(np.float32).astype(ml_dtypes.bfloat16)
+    codec = "zstd-dict" if what == "zstd-dict" else "flate"
+    loaderx.Dataset.write(tmp_path / "d", data, codec=codec).close()
+    if what == "zstd-dict":
+        assert (tmp_path / "d" / "zstd.dict").is_file()
+    proc = subprocess.run([str(REF_PY), "-c", REFUSES, str(tmp_path / "d")], capture_output=True,
+                          text=True, env=_ref_env(), timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("refused:"), proc.stdout

@@ -11,7 +11,7 @@ from conftest import array_of, compressible, same_bytes
 from loaderx import MAX_RECORD_LEN, DataLoader, Dataset, Zrecord, ZrecordError
 from loaderx import dataset as dataset_module
 
-CODECS = ["raw", "flate", "lz4", "zstd"]
+CODECS = ["raw", "flate", "lz4", "zstd", "zstd-dict"]
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
           "uint64", "float16", "float32", "float64", "complex64", "complex128"]
 SHAPES = {"scalar": (37,), "1d": (23, 9), "3d": (11, 2, 3, 4)}

@@ -8,7 +8,7 @@ import pytest
 from conftest import Counter, compressible, random_bytes
 from loaderx import MAX_RECORD_LEN, InvalidArgumentError, Zrecord, ZrecordError
 
-CODECS = ["raw", "flate", "lz4", "zstd"]
+CODECS = ["raw", "flate", "lz4", "zstd", "zstd-dict"]
 
 
 @pytest.fixture

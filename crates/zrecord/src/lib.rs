@@ -38,6 +38,7 @@ pub use exec::shard_crew::{gather_alone_on_this_thread, gather_threads};
 pub use files::checksum_file::CHECKSUM_FILE_NAME;
 pub use files::chunk_file::chunk_file_name;
 pub use files::delete_journal::JOURNAL_FILE_NAME;
+pub use files::dictionary_file::DICT_FILE_NAME;
 pub use files::io_hook::{IoEvent, IoHook};
 pub use files::meta_file::META_FILE_NAME;
 pub use format::checksums::Checksum;

@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::error::{io_error, Error, Result};
 use crate::exec::cold_reads::ColdReads;
@@ -13,6 +13,7 @@ use crate::files::io_hook::IoHook;
 use crate::files::lock::StoreLock;
 use crate::files::meta_file::MetaFile;
 use crate::format::checksums::Checksum;
+use crate::format::dictionary::Dictionary;
 use crate::format::header::Header;
 use crate::format::limits::{CHUNK_CAPACITY, MAX_RECORD_LEN};
 use crate::format::record_table::{physical_address, RecordLoc};
@@ -100,6 +101,8 @@ pub struct Store {
     pub(crate) verify_reads: bool,
     /// Records whose checksum a gather of this handle has already checked.
     pub(crate) verified: VerifiedRecords,
+    /// The store's zstd dictionary, once loaded (`files/dictionary_file.rs`).
+    pub(crate) dictionary: OnceLock<Dictionary>,
     /// Serialises appends from the moment they pick positions until their
     /// length is published.
     pub(crate) writer: Mutex<()>,
@@ -197,6 +200,7 @@ impl Store {
             chunks: ChunkFiles::new(&dir, read_only.is_some(), hook.clone()),
             verify_reads: options.checksums != Checksums::Off,
             verified: VerifiedRecords::default(),
+            dictionary: OnceLock::new(),
             checksums,
             meta,
             writer: Mutex::new(()),
@@ -275,6 +279,17 @@ impl Store {
             checksums.flush_header()?;
         }
         Ok(())
+    }
+
+    /// The store's zstd dictionary, if it has one: loaded the first time it
+    /// is asked for, since another handle may create it after this one
+    /// opened (it never changes once there).
+    pub(crate) fn dictionary(&self) -> Result<Option<&Dictionary>> {
+        if let Some(dict) = self.dictionary.get() {
+            return Ok(Some(dict));
+        }
+        let loaded = crate::files::dictionary_file::load(&self.dir)?;
+        Ok(loaded.map(|d| self.dictionary.get_or_init(|| d)))
     }
 
     /// The error for record `index`, stored at `loc`, that is damaged.

@@ -120,6 +120,11 @@ struct Fixture {
     chunks: Vec<Vec<u8>>,
 }
 
+/// The codecs of the fixture's records: one record each per call, too few
+/// for zstd-dict to train a dictionary on (its records and its dictionary
+/// file are tested in tests/store.rs).
+const FIXTURE_CODECS: [Codec; 4] = [Codec::Raw, Codec::Flate, Codec::Lz4, Codec::Zstd];
+
 impl Fixture {
     /// Five records per codec, appended one per call with the codecs
     /// interleaved, so the first entries use every codec: compressible,
@@ -132,7 +137,7 @@ impl Fixture {
         let mut rng = Rng(0xC0FFEE);
         let mut originals = Vec::new();
         for kind in 0..5 {
-            for codec in Codec::ALL {
+            for codec in FIXTURE_CODECS {
                 let record = match kind {
                     0 => compressible(&mut rng, 700),
                     1 => compressible(&mut rng, 1500),
@@ -171,7 +176,7 @@ impl Fixture {
             .map(|id| fs::read(path.join(chunk_file_name(id))).unwrap())
             .collect();
         assert!(chunks.len() >= 4, "the fixture spans several chunks");
-        for (i, codec) in Codec::ALL.into_iter().enumerate() {
+        for (i, codec) in FIXTURE_CODECS.into_iter().enumerate() {
             assert_eq!(locs[i].codec, codec.tag(), "entry {i} is {codec:?}");
         }
         Fixture {

@@ -368,3 +368,70 @@ fn a_read_only_store_reads_and_refuses_every_write() {
     Store::open_with(&path, &checked).unwrap();
     assert!(!path.join("delete.journal").exists());
 }
+
+/// zstd-dict: the first append that has enough records trains the store's
+/// dictionary and writes zstd.dict once; a smaller first append is stored
+/// as plain zstd; every record reads back, in this handle and in others,
+/// including one opened before the dictionary existed; a damaged
+/// dictionary is refused when a record needs it.
+#[test]
+fn zstd_dict_trains_once_and_every_handle_reads_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.zr");
+    let store = Store::open(&path).unwrap();
+    let early = Store::open(&path).unwrap();
+    let mut rng = Rng(5);
+    let recs: Vec<Vec<u8>> = (0..2000)
+        .map(|i| compressible(&mut rng, 600 + i % 300))
+        .collect();
+    let slices: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+    let dict_path = path.join(zrecord::DICT_FILE_NAME);
+    // Too few records to train on: plain zstd, no dictionary yet.
+    store.append(&slices[..10], &opts(Codec::ZstdDict)).unwrap();
+    assert!(!dict_path.exists());
+    store.append(&slices[10..], &opts(Codec::ZstdDict)).unwrap();
+    let dict = std::fs::read(&dict_path).unwrap();
+    assert_eq!(&dict[..4], b"ZRDC");
+    let meta = std::fs::read(path.join("meta.zr")).unwrap();
+    let tags: Vec<u8> = (0..recs.len())
+        .map(|i| {
+            let e = &meta[entry_offset(i)..entry_offset(i) + ENTRY_LEN];
+            zrecord::RecordLoc::from_bytes(e.try_into().unwrap())
+                .codec
+                .0
+        })
+        .collect();
+    assert!(tags[..10]
+        .iter()
+        .all(|&t| t == Codec::Zstd.tag().0 || t == 0));
+    assert!(
+        tags[10..]
+            .iter()
+            .filter(|&&t| t == Codec::ZstdDict.tag().0)
+            .count()
+            > 1900
+    );
+    assert_eq!(read_all(&store), recs);
+    assert_eq!(read_all(&early), recs);
+    // A later append reuses the dictionary: the file never changes.
+    store
+        .append(&slices[..500], &opts(Codec::ZstdDict))
+        .unwrap();
+    assert_eq!(std::fs::read(&dict_path).unwrap(), dict);
+    drop((store, early));
+    assert_eq!(read_all(&Store::open(&path).unwrap())[..2000], recs[..]);
+    let mut damaged = dict.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    std::fs::write(&dict_path, &damaged).unwrap();
+    // Loaded when a record needs it (another handle may create it after
+    // this one opened), and refused then.
+    let store = Store::open(&path).unwrap();
+    match common::try_read_all(&store) {
+        Err(zrecord::Error::NotAStore { reason, .. }) => {
+            assert!(reason.contains("damaged"), "{reason}")
+        }
+        Ok(_) => panic!("a damaged dictionary was read"),
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}

@@ -7,6 +7,7 @@
 pub(crate) mod checksum_file;
 pub(crate) mod chunk_file;
 pub(crate) mod delete_journal;
+pub(crate) mod dictionary_file;
 pub(crate) mod io_hook;
 pub(crate) mod lock;
 pub(crate) mod meta_file;

@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 
 use crate::exec::streaming_copy::RawCopy;
+use crate::format::dictionary::Dictionary;
 
 /// The codec tag byte of a table entry. A plain byte rather than an enum,
 /// because the table is read in place and may hold any value.
@@ -22,6 +23,9 @@ pub enum Codec {
     Lz4,
     /// A zstd frame (tag 3). loaderx 0.5.0 cannot read it.
     Zstd,
+    /// A zstd frame compressed with the store's dictionary, `zstd.dict`
+    /// (tag 4). loaderx 0.5.0 cannot read it.
+    ZstdDict,
 }
 
 /// libdeflate's level: its default, a good ratio at several hundred MB/s.
@@ -34,7 +38,13 @@ const FLATE_LEVELS: std::ops::RangeInclusive<i32> = 1..=12;
 pub const ZSTD_LEVEL: i32 = 3;
 
 impl Codec {
-    pub const ALL: [Codec; 4] = [Codec::Raw, Codec::Flate, Codec::Lz4, Codec::Zstd];
+    pub const ALL: [Codec; 5] = [
+        Codec::Raw,
+        Codec::Flate,
+        Codec::Lz4,
+        Codec::Zstd,
+        Codec::ZstdDict,
+    ];
 
     /// The tag byte stored in table entries (docs/FORMAT.md, "Codec tags").
     pub fn tag(self) -> CodecTag {
@@ -43,6 +53,7 @@ impl Codec {
             Codec::Flate => 1,
             Codec::Lz4 => 2,
             Codec::Zstd => 3,
+            Codec::ZstdDict => 4,
         })
     }
 
@@ -57,6 +68,7 @@ impl Codec {
             Codec::Flate => "flate",
             Codec::Lz4 => "lz4",
             Codec::Zstd => "zstd",
+            Codec::ZstdDict => "zstd-dict",
         }
     }
 
@@ -70,7 +82,7 @@ impl Codec {
     pub fn level(self, level: Option<i32>) -> Result<i32, String> {
         let range = match self {
             Codec::Flate => FLATE_LEVELS,
-            Codec::Zstd => zstd::compression_level_range(),
+            Codec::Zstd | Codec::ZstdDict => zstd::compression_level_range(),
             Codec::Raw | Codec::Lz4 => {
                 return match level {
                     None => Ok(0),
@@ -105,6 +117,10 @@ struct Scratch {
     deflate_dec: Option<libdeflater::Decompressor>,
     zstd_enc: Option<(i32, zstd::bulk::Compressor<'static>)>,
     zstd_dec: Option<zstd::bulk::Decompressor<'static>>,
+    /// The zstd-dict coders, with the CRC of the dictionary each holds
+    /// (and the encoder's level): a thread may serve several stores.
+    zstd_dict_enc: Option<(u32, i32, zstd::bulk::Compressor<'static>)>,
+    zstd_dict_dec: Option<(u32, zstd::bulk::Decompressor<'static>)>,
 }
 
 thread_local! {
@@ -118,10 +134,17 @@ pub(crate) fn encode_bound(len: usize) -> usize {
 }
 
 /// Encodes `record` with `codec` at `level` (checked by [`Codec::level`])
-/// into `out`, which holds at least `encode_bound(record.len())` bytes.
-/// Returns the encoded size, or `None` when the record did not shrink (or
-/// the codec is `Raw`): the caller then stores it raw.
-pub(crate) fn encode(codec: Codec, level: i32, record: &[u8], out: &mut [u8]) -> Option<usize> {
+/// into `out`, which holds at least `encode_bound(record.len())` bytes;
+/// `zstd-dict` needs the store's `dict`. Returns the encoded size, or
+/// `None` when the record did not shrink (or the codec is `Raw`): the
+/// caller then stores it raw.
+pub(crate) fn encode(
+    codec: Codec,
+    level: i32,
+    dict: Option<&Dictionary>,
+    record: &[u8],
+    out: &mut [u8],
+) -> Option<usize> {
     // Only a strictly smaller encoding is worth storing.
     let limit = record.len().checked_sub(1)?;
     SCRATCH
@@ -149,18 +172,32 @@ pub(crate) fn encode(codec: Codec, level: i32, record: &[u8], out: &mut [u8]) ->
                 };
                 enc.compress_to_buffer(record, &mut out[..limit]).ok()
             }
+            Codec::ZstdDict => {
+                let dict = dict?;
+                let enc = match &mut s.zstd_dict_enc {
+                    Some((crc, l, enc)) if *crc == dict.crc && *l == level => enc,
+                    slot => {
+                        let enc =
+                            zstd::bulk::Compressor::with_dictionary(level, &dict.bytes).ok()?;
+                        &mut slot.insert((dict.crc, level, enc)).2
+                    }
+                };
+                enc.compress_to_buffer(record, &mut out[..limit]).ok()
+            }
         })
         .filter(|&n| n < record.len())
 }
 
 /// Decodes a stored record into `dst`, whose length is the record's logical
-/// length, copying raw records with `raw_copy`. Fails, with a reason, unless
-/// exactly `dst.len()` bytes come out.
+/// length, copying raw records with `raw_copy`; a `zstd-dict` record needs
+/// the store's `dict`. Fails, with a reason, unless exactly `dst.len()`
+/// bytes come out.
 pub(crate) fn decode(
     tag: CodecTag,
     stored: &[u8],
     dst: &mut [u8],
     raw_copy: RawCopy,
+    dict: Option<&Dictionary>,
 ) -> Result<(), String> {
     // Raw records are the common case of the hot path: no coder state.
     if tag == Codec::Raw.tag() && stored.len() == dst.len() {
@@ -193,6 +230,19 @@ pub(crate) fn decode(
             dec.decompress_to_buffer(stored, dst)
                 .map_err(|e| format!("zstd frame: {e}"))
         }
+        Codec::ZstdDict => {
+            let dict = dict.ok_or("a zstd-dict record, but the store has no zstd.dict")?;
+            let dec = match &mut s.zstd_dict_dec {
+                Some((crc, dec)) if *crc == dict.crc => dec,
+                slot => {
+                    let dec = zstd::bulk::Decompressor::with_dictionary(&dict.bytes)
+                        .map_err(|e| format!("zstd dictionary: {e}"))?;
+                    &mut slot.insert((dict.crc, dec)).1
+                }
+            };
+            dec.decompress_to_buffer(stored, dst)
+                .map_err(|e| format!("zstd frame with the store's dictionary: {e}"))
+        }
     })?;
     if produced != dst.len() {
         return Err(format!(
@@ -224,9 +274,9 @@ mod tests {
             for level in levels {
                 assert_eq!(codec.level(Some(level)), Ok(level));
                 let mut out = vec![0; encode_bound(record.len())];
-                let n = encode(codec, level, &record, &mut out).unwrap();
+                let n = encode(codec, level, None, &record, &mut out).unwrap();
                 let mut back = vec![0; record.len()];
-                decode(codec.tag(), &out[..n], &mut back, RawCopy::Cached).unwrap();
+                decode(codec.tag(), &out[..n], &mut back, RawCopy::Cached, None).unwrap();
                 assert_eq!(back, record, "{codec:?} level {level}");
                 sizes.push(n);
             }
@@ -245,11 +295,11 @@ mod tests {
         let record = compressible(10_000);
         for codec in [Codec::Flate, Codec::Lz4, Codec::Zstd] {
             let mut out = vec![0; encode_bound(record.len())];
-            let n = encode(codec, codec.level(None).unwrap(), &record, &mut out)
+            let n = encode(codec, codec.level(None).unwrap(), None, &record, &mut out)
                 .unwrap_or_else(|| panic!("{codec:?} did not shrink"));
             assert!(n < record.len());
             let mut back = vec![0; record.len()];
-            decode(codec.tag(), &out[..n], &mut back, RawCopy::Cached).unwrap();
+            decode(codec.tag(), &out[..n], &mut back, RawCopy::Cached, None).unwrap();
             assert_eq!(back, record, "{codec:?}");
         }
     }
@@ -268,12 +318,12 @@ mod tests {
         for codec in Codec::ALL {
             let mut out = vec![0; encode_bound(noise.len())];
             assert_eq!(
-                encode(codec, codec.level(None).unwrap(), &noise, &mut out),
+                encode(codec, codec.level(None).unwrap(), None, &noise, &mut out),
                 None,
                 "{codec:?}"
             );
             assert_eq!(
-                encode(codec, codec.level(None).unwrap(), &[], &mut out),
+                encode(codec, codec.level(None).unwrap(), None, &[], &mut out),
                 None
             );
         }
@@ -283,9 +333,9 @@ mod tests {
     fn decode_rejects_wrong_sizes_and_unknown_tags() {
         let record = compressible(1000);
         let mut out = vec![0; encode_bound(record.len())];
-        let n = encode(Codec::Flate, FLATE_LEVEL, &record, &mut out).unwrap();
+        let n = encode(Codec::Flate, FLATE_LEVEL, None, &record, &mut out).unwrap();
         let fails = |tag, stored: &[u8], len| {
-            decode(tag, stored, &mut vec![0; len], RawCopy::Cached).is_err()
+            decode(tag, stored, &mut vec![0; len], RawCopy::Cached, None).is_err()
         };
         // A destination one byte short or long of the logical length fails.
         assert!(fails(Codec::Flate.tag(), &out[..n], 999));
@@ -297,7 +347,16 @@ mod tests {
     #[test]
     fn tags_and_names_are_the_documented_ones() {
         let pairs: Vec<_> = Codec::ALL.iter().map(|c| (c.tag().0, c.name())).collect();
-        assert_eq!(pairs, [(0, "raw"), (1, "flate"), (2, "lz4"), (3, "zstd")]);
+        assert_eq!(
+            pairs,
+            [
+                (0, "raw"),
+                (1, "flate"),
+                (2, "lz4"),
+                (3, "zstd"),
+                (4, "zstd-dict")
+            ]
+        );
         for c in Codec::ALL {
             assert_eq!(Codec::from_name(c.name()), Some(c));
             assert_eq!(Codec::from_tag(c.tag()), Some(c));

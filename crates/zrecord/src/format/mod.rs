@@ -5,6 +5,7 @@
 
 pub(crate) mod checksums;
 pub(crate) mod codec;
+pub(crate) mod dictionary;
 pub(crate) mod header;
 pub(crate) mod limits;
 pub(crate) mod record_table;

@@ -23,9 +23,11 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::exec::thread_pool::pool;
+use crate::files::dictionary_file;
 use crate::files::lock::Deadline;
 use crate::format::checksums::Checksum;
 use crate::format::codec::Codec;
+use crate::format::dictionary::Dictionary;
 use crate::format::header::Header;
 use crate::format::limits::{MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN};
 use crate::format::record_table::RecordLoc;
@@ -49,6 +51,9 @@ pub struct AppendOptions {
     /// for the append lock rather than failing at once.
     pub wait: Duration,
 }
+
+/// Bytes of records a `zstd-dict` dictionary is trained on, at most.
+const TRAINING_BYTES: usize = 16 << 20;
 
 /// How long an append waits for the append lock by default.
 pub const DEFAULT_APPEND_WAIT: Duration = Duration::from_secs(60);
@@ -201,7 +206,8 @@ impl Store {
             .codec
             .level(options.level)
             .map_err(|e| self.invalid(e))?;
-        let shards = encode_batch(batch, options.codec, level, self.checksums.is_some());
+        let (codec, dict) = self.codec_for(batch, options.codec)?;
+        let shards = encode_batch(batch, codec, level, dict, self.checksums.is_some());
 
         // Both waits share one deadline: first for the other threads of
         // this handle, then for other handles and processes.
@@ -236,6 +242,32 @@ impl Store {
             self.mark_covered(options.durable)?;
         }
         Ok(first)
+    }
+
+    /// The codec `batch` is encoded with, and the dictionary for
+    /// `zstd-dict`: the store's, or one trained on this first batch and
+    /// written once (docs/FORMAT.md, "The zstd dictionary"). When the batch
+    /// is too small to train on, it is encoded with plain zstd; a later
+    /// batch trains the dictionary.
+    fn codec_for(&self, batch: Batch<'_>, codec: Codec) -> Result<(Codec, Option<&Dictionary>)> {
+        if codec != Codec::ZstdDict {
+            return Ok((codec, None));
+        }
+        if let Some(dict) = self.dictionary()? {
+            return Ok((codec, Some(dict)));
+        }
+        // Up to TRAINING_BYTES of records, spread over the batch.
+        let n = batch.count();
+        let mean = (0..n).map(|i| batch.get(i).len()).sum::<usize>() / n.max(1);
+        let take = (TRAINING_BYTES / mean.max(1)).clamp(1, n.max(1));
+        let samples: Vec<&[u8]> = (0..take).map(|k| batch.get(k * n / take)).collect();
+        match dictionary_file::train(&samples) {
+            Some(trained) => {
+                let written = dictionary_file::create(self.path(), &trained)?;
+                Ok((codec, Some(self.dictionary.get_or_init(|| written))))
+            }
+            None => Ok((Codec::Zstd, None)),
+        }
     }
 
     /// Step 2: gives every record, in batch order, the next position at the

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use crate::exec::thread_pool::{pool, shard_count};
 use crate::format::codec::{encode, encode_bound, Codec, CodecTag};
+use crate::format::dictionary::Dictionary;
 
 /// Records smaller than this are not worth a worker's wake-up on their own.
 const MIN_SHARD_BYTES: u64 = 64 << 10;
@@ -92,12 +93,13 @@ pub(crate) struct Piece {
 }
 
 /// Encodes the batch in contiguous shards, one per worker, with `codec` at
-/// `level` (checked by [`Codec::level`]) and each record's checksum when
-/// `checksums` is set.
+/// `level` (checked by [`Codec::level`]; `zstd-dict` with the store's
+/// `dict`) and each record's checksum when `checksums` is set.
 pub(crate) fn encode_batch(
     batch: Batch<'_>,
     codec: Codec,
     level: i32,
+    dict: Option<&Dictionary>,
     checksums: bool,
 ) -> Vec<Shard> {
     let n = batch.count();
@@ -149,7 +151,7 @@ pub(crate) fn encode_batch(
             .map(|i| {
                 let record = batch.get(i);
                 let room = cursor + encode_bound(record.len());
-                match encode(codec, level, record, &mut buf[cursor..room]) {
+                match encode(codec, level, dict, record, &mut buf[cursor..room]) {
                     Some(phys) => {
                         cursor += phys;
                         Piece {

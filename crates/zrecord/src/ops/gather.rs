@@ -39,7 +39,7 @@ fn work(loc: &RecordLoc) -> u64 {
     let weight = match Codec::from_tag(loc.codec) {
         Some(Codec::Raw) => 1,
         Some(Codec::Lz4) => 4,
-        Some(Codec::Zstd) => 12,
+        Some(Codec::Zstd | Codec::ZstdDict) => 12,
         Some(Codec::Flate) | None => 24,
     };
     loc.logic_length as u64 * weight
@@ -414,7 +414,11 @@ impl Store {
         };
         // Decoded first, so that an entry the decoder refuses is reported
         // by what is wrong with it rather than by its checksum slot.
-        decode(loc.codec, stored, slot, raw_copy).map_err(&corrupt)?;
+        let dict = match loc.codec == Codec::ZstdDict.tag() {
+            true => self.dictionary()?,
+            false => None,
+        };
+        decode(loc.codec, stored, slot, raw_copy, dict).map_err(&corrupt)?;
         let expected = match &self.checksums {
             Some(checksums) if verify => match checksums.judge(index, &loc, &self.meta.header()) {
                 Verdict::Check(expected) => expected,
