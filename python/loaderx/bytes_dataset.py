@@ -96,13 +96,8 @@ class BytesDataset(DatasetBase):
         """The number of items; they are exactly the indices 0..len."""
         return self._capped(len(self._stores()[0]))
 
-    def __repr__(self) -> str:
-        if self._open is None:
-            return f"BytesDataset({str(self.path)!r}, closed)"
-        return (
-            f"BytesDataset({str(self.path)!r}, len={len(self)}, kind={self.kind!r}, "
-            f"codec={self.codec!r})"
-        )
+    def _layout_repr(self) -> str:
+        return f"kind={self.kind!r}"
 
     # -- reading --------------------------------------------------------------
 

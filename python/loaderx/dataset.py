@@ -114,7 +114,7 @@ class Dataset(DatasetBase):
         return self._capped(len(self._zr()))
 
     def _layout_repr(self) -> str:
-        return f"shape={self.shape}"
+        return f"dtype={self.dtype}, shape={self.shape}"
 
     # -- reading ------------------------------------------------------------
 

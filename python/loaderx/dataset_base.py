@@ -80,8 +80,8 @@ class DatasetBase:
         if self._open is None:
             return f"{self._kind}({str(self.path)!r}, closed)"
         return (
-            f"{self._kind}({str(self.path)!r}, len={len(self)}, dtype={self.dtype}, "
-            f"{self._layout_repr()}, codec={self.codec!r})"
+            f"{self._kind}({str(self.path)!r}, len={len(self)}, {self._layout_repr()}, "
+            f"codec={self.codec!r})"
         )
 
 

@@ -136,7 +136,7 @@ class RaggedDataset(DatasetBase):
         return self._capped(len(self._stores()[1]))
 
     def _layout_repr(self) -> str:
-        return f"ndim={self.ndim}"
+        return f"dtype={self.dtype}, ndim={self.ndim}"
 
     # -- reading --------------------------------------------------------------
 

@@ -25,6 +25,17 @@ SCHEMA = "schema.json"
 CODECS = ("raw", "flate", "lz4", "zstd", "zstd-dict")
 
 
+def read_json(file: Path, missing: str) -> Any:
+    """The JSON document in `file`: FileNotFoundError saying `missing` when
+    there is none, ValueError when it is not JSON (both naming the file)."""
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} not found; {missing}")
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{file} cannot be read as JSON: {e}") from e
+
+
 @contextmanager
 def reading_schema(
     directory: Path, fmt: str, version: int, what: str, hints: Mapping[str, str] = {}
@@ -35,12 +46,7 @@ def reading_schema(
     of dataset in the FileNotFoundError; `hints` maps another format to a
     hint for the ValueError that refuses it."""
     schema_path = directory / SCHEMA
-    if not schema_path.is_file():
-        raise FileNotFoundError(f"{schema_path} not found; {directory} is not a {what}")
-    try:
-        schema = json.loads(schema_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{schema_path} cannot be read as JSON: {e}") from e
+    schema = read_json(schema_path, f"{directory} is not a {what}")
     if not isinstance(schema, dict) or schema.get("format") != fmt:
         other = schema.get("format") if isinstance(schema, dict) else None
         hint = hints.get(other, "") if isinstance(other, str) else ""

@@ -35,6 +35,7 @@ from ._native import Zrecord
 from .bytes_dataset import BytesDataset
 from .dataset import Dataset
 from .ragged import RaggedDataset
+from .schema_file import read_json
 from .writer_lock import writer_lock
 
 FORMAT = "loaderx-table"
@@ -281,12 +282,7 @@ def _reopen(path: str, checksums: bool | None, read_only: bool) -> Table:
 def read_manifest(path: Path) -> dict[str, Any]:
     """The table's manifest, its fields checked."""
     file = path / MANIFEST
-    if not file.is_file():
-        raise FileNotFoundError(f"{file} not found; {path} is not a loaderx table")
-    try:
-        m = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{file} cannot be read as JSON: {e}") from e
+    m = read_json(file, f"{path} is not a loaderx table")
     bad = None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         bad = f"it is not a {FORMAT} manifest"

@@ -71,6 +71,23 @@ fn damage(path: &std::path::Path, index: u64) -> (u16, u32) {
     (chunk, offset)
 }
 
+/// Points record `index`'s table entry `by` bytes further into its chunk,
+/// as damage to the entry would.
+fn shift_entry(path: &std::path::Path, index: usize, by: u32) {
+    let meta = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path.join("meta.zr"))
+        .unwrap();
+    let mut e = [0u8; ENTRY_LEN];
+    meta.read_exact_at(&mut e, entry_offset(index) as u64)
+        .unwrap();
+    let mut loc = RecordLoc::from_bytes(&e);
+    loc.offset += by;
+    meta.write_all_at(&loc.to_bytes(), entry_offset(index) as u64)
+        .unwrap();
+}
+
 #[test]
 fn damage_is_caught_on_gather_and_reported_by_verify() {
     let dir = tempfile::tempdir().unwrap();
@@ -196,17 +213,7 @@ fn a_store_made_with_the_defaults_catches_damage_to_raw_records_and_entries() {
     let (chunk, offset) = damage(&path, 0);
     // Entry: record 3 (raw, 900 bytes) pointed 16 bytes further into its
     // chunk still decodes to 900 plausible bytes.
-    let meta = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path.join("meta.zr"))
-        .unwrap();
-    let mut e = [0u8; ENTRY_LEN];
-    meta.read_exact_at(&mut e, entry_offset(3) as u64).unwrap();
-    let mut loc = RecordLoc::from_bytes(&e);
-    loc.offset += 16;
-    meta.write_all_at(&loc.to_bytes(), entry_offset(3) as u64)
-        .unwrap();
+    shift_entry(&path, 3, 16);
     let store = Store::open(&path).unwrap();
     let mut dst = vec![0; 900];
     match store.gather(&[0], &mut dst, 900) {
@@ -308,15 +315,7 @@ fn records_another_program_wrote_or_moved_read_unchecked_the_others_checked() {
     assert_eq!(store.verify().unwrap().unchecked, 0);
     drop(store);
     damage(&path, 9);
-    let store = Store::open(&path).unwrap();
-    let bad: Vec<u64> = store
-        .verify()
-        .unwrap()
-        .bad
-        .iter()
-        .map(|b| b.index)
-        .collect();
-    assert_eq!(bad, [9]);
+    assert_eq!(bad_records(&path), [9]);
 }
 
 /// Our appends after another program's keep checking what they write, and
@@ -335,16 +334,7 @@ fn after_another_programs_append_new_records_are_checked_and_phantoms_refused() 
     assert_eq!(store.verify().unwrap().unchecked, 3);
     drop(store);
     damage(&path, 7);
-    let store = Store::open(&path).unwrap();
-    let bad: Vec<u64> = store
-        .verify()
-        .unwrap()
-        .bad
-        .iter()
-        .map(|b| b.index)
-        .collect();
-    assert_eq!(bad, [7]);
-    drop(store);
+    assert_eq!(bad_records(&path), [7]);
 
     // A store whose length grows without its frontier moving.
     let path = dir.path().join("t.zr");
@@ -381,22 +371,18 @@ fn our_compaction_keeps_the_table_covered() {
     assert_eq!(store.compact().unwrap().moved, 8);
     assert_eq!(store.verify().unwrap().unchecked, 0);
     drop(store);
-    let meta = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path.join("meta.zr"))
-        .unwrap();
-    let mut e = [0u8; ENTRY_LEN];
-    meta.read_exact_at(&mut e, entry_offset(5) as u64).unwrap();
-    let mut loc = RecordLoc::from_bytes(&e);
-    loc.offset += 400;
-    meta.write_all_at(&loc.to_bytes(), entry_offset(5) as u64)
-        .unwrap();
+    shift_entry(&path, 5, 400);
     let store = Store::open(&path).unwrap();
     assert!(matches!(
         store.gather(&[5], &mut [0; 400], 400),
         Err(Error::CorruptRecord { index: 5, .. })
     ));
+}
+
+/// The records `verify` reports bad in the store at `path`, by index.
+fn bad_records(path: &std::path::Path) -> Vec<u64> {
+    let report = Store::open(path).unwrap().verify().unwrap();
+    report.bad.iter().map(|b| b.index).collect()
 }
 
 /// Every record but those of `skip`, read one by one.
