@@ -35,6 +35,7 @@ def convert(
     level: int | None = None,
     image_size: tuple[int, int] | None = None,
     checksums: bool | None = None,
+    durable: bool = True,
     workers: int | None = None,
     progress: bool | None = None,
     group_bytes: int = GROUP_BYTES,
@@ -46,7 +47,9 @@ def convert(
     ``images``, ``parquet``, ``arrow``, ``hf``, ``webdataset``); it is
     detected when None. `codec` is the codec of every
     stream and `level` its level; `image_size` ``(height, width)`` decodes an image folder's
-    images to that size instead of keeping their encoded bytes; `workers`
+    images to that size instead of keeping their encoded bytes; `durable`
+    (the default) makes each group's rows reach stable storage before the
+    table commits them, as ``Dataset.write`` does; `workers`
     threads read and decode images (default: the CPU count); `progress`
     shows a bar (None: when stderr is a terminal). When `dst` holds a
     table converted from the same source with the same options, the
@@ -80,7 +83,8 @@ def convert(
     try:
         for group in reader.groups(start, group_bytes):
             Table.write(dst, group, kinds=reader.kinds, codec=codec, level=level,
-                        classes=reader.classes, source=described, checksums=checksums).close()
+                        classes=reader.classes, source=described, checksums=checksums,
+                        durable=durable).close()
             first = next(iter(group.values()))
             bar.update(len(first), sum(group_nbytes(col) for col in group.values()))
     finally:
