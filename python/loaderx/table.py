@@ -34,8 +34,9 @@ import numpy as np
 from ._native import Zrecord
 from .bytes_dataset import BytesDataset
 from .dataset import Dataset
-from .ragged import RaggedDataset
-from .schema_file import read_json
+from .indexing import positions
+from .ragged import SHAPES, RaggedDataset
+from .schema_file import SCHEMA, read_json
 from .writer_lock import writer_lock
 
 FORMAT = "loaderx-table"
@@ -228,17 +229,11 @@ class Table(Mapping[str, StreamDataset]):
         :meth:`loaderx.Dataset.delete` does. Needs every store to itself,
         waiting up to `timeout` seconds for other handles to close; this
         table's own handles are closed and reopened around the delete."""
-        n = self.rows
-        pos = np.unique(np.asarray(rows, dtype=np.int64).reshape(-1))
-        pos = np.where(pos < 0, pos + n, pos)
-        if len(pos) and (pos.min() < 0 or pos.max() >= n):
-            from ._native import ZrecordIndexError
-
-            raise ZrecordIndexError(f"{self.path}: a row index is out of range for {n} rows")
+        targets = np.unique(positions(rows, self.rows).reshape(-1)).tolist()
         self.close()
         with table_lock(self.path):
             manifest = repair(self.path, read_manifest(self.path), timeout)
-            manifest["delete"] = {"from": manifest["length"], "rows": sorted(set(pos.tolist()))}
+            manifest["delete"] = {"from": manifest["length"], "rows": targets}
             write_manifest(self.path, manifest)
             repair(self.path, manifest, timeout)
         self.__init__(self.path, checksums=self._checksums, read_only=self._read_only)
@@ -255,8 +250,6 @@ def open_path(path: str | os.PathLike[str], **options: Any) -> Table | StreamDat
     path = Path(path)
     if (path / MANIFEST).is_file():
         return Table(path, **options)
-    from .schema_file import SCHEMA
-
     by_format = {"loaderx-zrecord": Dataset, "loaderx-ragged": RaggedDataset,
                  "loaderx-bytes": BytesDataset}
     try:
@@ -360,8 +353,6 @@ def repair(path: Path, manifest: dict[str, Any], timeout: float) -> dict[str, An
 def stream_stores(path: Path, kind: str) -> list[Zrecord]:
     """The native stores of the stream at `path`, open for writing."""
     if kind == "ragged":
-        from .ragged import SHAPES
-
         return [Zrecord(path, create=False), Zrecord(path / SHAPES, create=False)]
     return [Zrecord(path, create=False)]
 
