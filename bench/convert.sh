@@ -3,7 +3,10 @@
 # ArrayRecord and loaderx 2.8 on Fashion-MNIST (bench/convert_bench.py).
 # Writes docs/benchmarks-convert.{md,png,json}; extra flags go to the script.
 #
-#   bash bench/convert.sh            # about 3 minutes on 2 cores
+#   bash bench/convert.sh            # about 4 minutes on 2 cores
+#   bash bench/convert.sh --quick    # one run each, report in bench/out/
+#
+# bash bench/run.sh runs it after the read benchmarks (a full run, or --quick).
 #
 # Sets up (each step skipped when done): our .venv (scripts/setup.sh) with
 # the convert extras and the peers, Fashion-MNIST (scripts/fashion-mnist.sh),
@@ -15,9 +18,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
 bash scripts/setup.sh
 bash scripts/fashion-mnist.sh
-.venv/bin/python -c "import datasets, webdataset, pyarrow, matplotlib, array_record" 2>/dev/null \
+.venv/bin/python -c "import datasets, webdataset, pyarrow, matplotlib, array_record, elpv_dataset" \
+    2>/dev/null \
     || .venv/bin/python -m pip install --quiet "pyarrow>=12" datasets webdataset matplotlib \
-        array-record
+        array-record elpv-dataset
 if [ ! -x .loaderx28-venv/bin/python ]; then
     python3 -m venv .loaderx28-venv
 fi

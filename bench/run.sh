@@ -3,6 +3,10 @@
 #
 #   bash bench/run.sh            # full run (~20 min on 2 cores); writes docs/benchmarks.{md,png}
 #   bash bench/run.sh --quick    # smoke test (~3 min): small N, 1 s timings; writes bench/out/ only
+#   bash bench/run.sh convert    # only the conversion benchmark (bench/convert.sh)
+#
+# A full run and --quick end with the conversion benchmark (bench/convert.sh:
+# docs/benchmarks-convert.{md,png}, or bench/out/ for --quick).
 #
 # Other flags go to bench/harness.py (see `bench/.venv/bin/python bench/harness.py --help`),
 # e.g. --systems ours,numpy_ram --workloads A --repeats 5.
@@ -19,6 +23,10 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [ "${1:-}" = convert ]; then
+    shift
+    exec bash bench/convert.sh "$@"
+fi
 ROOT=$PWD
 VENV="$ROOT/bench/.venv"
 OUT="$ROOT/bench/out"
@@ -98,4 +106,11 @@ fi
 ( IFS=,; echo "{${status[*]}}" ) > "$INSTALL_JSON"
 
 # 4. Run. The harness itself only orchestrates: every system runs in its own subprocess.
-exec "$VPY" bench/harness.py "$@"
+"$VPY" bench/harness.py "$@"
+
+# 5. The conversion benchmark, after a full run or a quick one (not after a
+#    run of chosen workloads or systems).
+case "$*" in
+    "") bash bench/convert.sh ;;
+    --quick) bash bench/convert.sh --quick ;;
+esac

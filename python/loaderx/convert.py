@@ -3,8 +3,9 @@
 
 A source module (``sources/``) reads the input and yields its rows in
 groups; each group is appended to the table as one commit (``table.py``),
-so memory stays bounded by a group and a conversion killed at any moment
-leaves a table of the groups that committed. Run again, it checks that the
+so memory stays bounded by a few groups and a conversion killed at any
+moment leaves a table of the groups that committed. A thread reads the next
+group while the current one is written, so reading and writing overlap. Run again, it checks that the
 table came from the same source with the same options and continues after
 its last committed row: no row twice, none missing.
 """
@@ -12,8 +13,9 @@ its last committed row: no row twice, none missing.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, TypeVar
 
 import numpy as np
 
@@ -23,7 +25,7 @@ from .sources import open_source
 from .table import MANIFEST, Table, read_manifest
 
 #: Bytes of source rows per group (one table append).
-GROUP_BYTES = 64 << 20
+GROUP_BYTES = 16 << 20
 
 
 def convert(
@@ -81,7 +83,7 @@ def convert(
     name = src.name if isinstance(src, Path) else type(src).__name__
     bar = Progress(reader.rows, f"{name} -> {dst.name}", progress, initial=start)
     try:
-        for group in reader.groups(start, group_bytes):
+        for group in read_ahead(reader.groups(start, group_bytes)):
             Table.write(dst, group, kinds=reader.kinds, codec=codec, level=level,
                         classes=reader.classes, source=described, checksums=checksums,
                         durable=durable).close()
@@ -92,6 +94,21 @@ def convert(
     if not (dst / MANIFEST).is_file():
         raise ValueError(f"{src}: holds no rows to convert")
     return Table(dst, checksums=checksums)
+
+
+T = TypeVar("T")
+
+
+def read_ahead(items: Iterator[T]) -> Iterator[T]:
+    """`items`, the next one read on a thread while the caller works on the
+    one before: reading a source (decompressing, parsing, file reads) and
+    writing the table release the GIL, so they overlap. At most two items
+    are alive beside the caller's."""
+    with ThreadPoolExecutor(1, thread_name_prefix="loaderx-convert-read") as pool:
+        pending = pool.submit(next, items, None)
+        while (item := pending.result()) is not None:
+            pending = pool.submit(next, items, None)
+            yield item
 
 
 def group_nbytes(column: Any) -> int:

@@ -214,10 +214,19 @@ def _create_whole(path: Path, text: str, durable: bool) -> bool:
             return False
     finally:
         tmp.unlink(missing_ok=True)
-    if durable and hasattr(os, "O_DIRECTORY"):
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    if durable:
+        sync_dir(path.parent)
     return True
+
+
+def sync_dir(directory: Path) -> None:
+    """Makes the names in `directory` durable (a new link or a rename in it).
+    Where directories cannot be opened (Windows), the OS keeps names
+    durable itself, and this does nothing."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -36,7 +36,7 @@ from .bytes_dataset import BytesDataset
 from .dataset import Dataset
 from .indexing import positions
 from .ragged import SHAPES, RaggedDataset
-from .schema_file import SCHEMA, read_json
+from .schema_file import SCHEMA, read_json, sync_dir
 from .writer_lock import writer_lock
 
 FORMAT = "loaderx-table"
@@ -311,11 +311,7 @@ def write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, file)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync_dir(path)
 
 
 def table_lock(path: Path) -> AbstractContextManager[None]:

@@ -115,12 +115,21 @@ def test_npy_and_npz_files(tmp_path):
         assert list(t) == ["x", "y"]
         np.testing.assert_array_equal(t["x"][:], a)
         np.testing.assert_array_equal(t["y"][:], b)
+    # Compressed members and big-endian items, read a few rows at a time.
+    np.savez_compressed(tmp_path / "c.npz", x=a, y=b.astype(">i4"))
+    with loaderx.convert(tmp_path / "c.npz", tmp_path / "c", group_bytes=100,
+                         progress=False) as t:
+        np.testing.assert_array_equal(t["x"][:], a)
+        np.testing.assert_array_equal(t["y"][:], b)
+        assert t["y"].dtype == np.dtype("=i4")
 
 
 @pytest.mark.parametrize("args, says", [
     (["convert", "missing.npy", "out"], "missing.npy: no such file or directory"),
     (["convert", "bad.npz", "out"], "bad.npz: the arrays have different lengths"),
     (["convert", "junk.npy", "out"], "junk.npy: not a readable .npy file"),
+    (["convert", "f.npz", "out"], "f.npz: array 'x' is stored in Fortran order"),
+    (["convert", "cut-idx1-ubyte", "out"], "cut-idx1-ubyte: IDX header says (5,)"),
     (["convert", "folder", "out", "--from", "images", "--image-size", "8x8"],
      "broken.png: not a readable image"),
     (["convert", "a.npy", "taken"], "taken exists and is not a loaderx table"),
@@ -128,6 +137,8 @@ def test_npy_and_npz_files(tmp_path):
 ])
 def test_bad_input_is_one_line_on_stderr_and_status_1(tmp_path, args, says):
     np.savez(tmp_path / "bad.npz", x=np.zeros(3), y=np.zeros(4))
+    np.savez(tmp_path / "f.npz", x=np.asfortranarray(np.zeros((3, 2))))
+    (tmp_path / "cut-idx1-ubyte").write_bytes(b"\0\0\x08\x01\0\0\0\x05abc")
     (tmp_path / "junk.npy").write_bytes(b"not numpy")
     np.save(tmp_path / "a.npy", np.zeros(3))
     (tmp_path / "folder" / "cat").mkdir(parents=True)

@@ -19,7 +19,7 @@ interrupted after ``n`` committed rows resumes by skipping them. Each has
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import IO, Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -95,3 +95,40 @@ def array_groups(
     step = max(1, max_bytes // max(row_bytes, 1))
     for at in range(start, rows, step):
         yield {name: np.ascontiguousarray(a[at : at + step]) for name, a in arrays.items()}
+
+
+def stream_groups(
+    opens: Mapping[str, Callable[[], tuple[IO[bytes], np.dtype, tuple[int, ...]]]],
+    rows: int,
+    start: int,
+    max_bytes: int,
+) -> Iterator[dict[str, np.ndarray]]:
+    """The rows from `start` on, in groups of about `max_bytes`, read from
+    files of rows back to back (a gzip stream, a member of a zip), so that
+    only one group is ever in memory. Each of `opens` opens its stream's
+    file positioned at row 0 and says the rows' dtype and shape."""
+    files = {name: open_() for name, open_ in opens.items()}
+    try:
+        row_bytes = {name: dt.itemsize * int(np.prod(shape, dtype=np.int64))
+                     for name, (_, dt, shape) in files.items()}
+        step = max(1, max_bytes // max(sum(row_bytes.values()), 1))
+        for name, (f, _, _) in files.items():
+            f.seek(start * row_bytes[name], 1)  # gzip and zip members seek forward
+        for at in range(start, rows, step):
+            n = min(step, rows - at)
+            group = {}
+            for name, (f, dt, shape) in files.items():
+                where = getattr(f, "name", name)
+                try:
+                    data = f.read(n * row_bytes[name])
+                except (OSError, EOFError) as e:
+                    raise ValueError(f"{where}: cannot be read: {e}") from None
+                if len(data) != n * row_bytes[name]:
+                    raise ValueError(f"{where}: the file ends before row {rows}")
+                a = np.frombuffer(data, dtype=dt).reshape((n, *shape))
+                group[name] = a.astype(dt.newbyteorder("="), copy=False)
+            yield group
+    finally:
+        for f, _, _ in files.values():
+            f.close()
+
