@@ -3,8 +3,10 @@ transparent per-record compression and an endless, step-based data loader.
 
 * :class:`Dataset` — a NumPy-shaped view of a store: one sample per record.
 * :class:`DataLoader` — an endless iterator of batch dicts (``{'data',
-  'label'}``, or any named streams), gathered on Rust threads; resumable
-  (``state_dict``), shardable across hosts (``shard=``).
+  'label'}``, or any named streams), gathered on Rust threads, or a finite
+  pass (``epochs=``); resumable (``state_dict``), also on another shard
+  count, shardable across hosts (``shard=``); per-sample random generators
+  for transforms (``sample_rngs=``, :class:`SampleRngs`).
 * :class:`~loaderx.ragged.RaggedDataset` — samples of one dtype with
   per-sample shapes (``loaderx.ragged``).
 * :class:`BytesDataset` — ``bytes`` or ``str`` items of any length.
@@ -40,6 +42,7 @@ from .bytes_dataset import BytesDataset
 from .dataloader import DataLoader
 from .dataset import Dataset
 from .ragged import RaggedDataset
+from .sample_rngs import SampleRngs
 from .table import Table
 from .table import open_path as open
 from .convert import convert
@@ -68,6 +71,7 @@ __all__ = [
     "StoreForkedError",
     "StoreMemoryError",
     "Sampler",
+    "SampleRngs",
     "MAX_RECORD_LEN",
     "__version__",
 ]

@@ -6,7 +6,7 @@ class, method, property and signature here must match the runtime module.
 
 from os import PathLike
 from types import TracebackType
-from typing import Any, ClassVar, Iterator, Sequence, final
+from typing import Any, ClassVar, Iterator, Literal, Sequence, final
 
 import numpy as np
 import numpy.typing as npt
@@ -135,7 +135,8 @@ class Zrecord:
 
 @final
 class Sampler:
-    """An endless, step-based index generator over 0..length."""
+    """A step-based index generator over 0..length: endless, or a finite
+    pass of `epochs` epochs."""
 
     @final
     class Mode:
@@ -155,6 +156,8 @@ class Sampler:
         seed: int = 42,
         *,
         shard: tuple[int, int] | None = None,
+        epochs: int | None = None,
+        last_batch: Literal["partial", "pad"] = "partial",
     ) -> None: ...
     @property
     def length(self) -> int: ...
@@ -170,6 +173,14 @@ class Sampler:
     def seed(self) -> int: ...
     @property
     def step(self) -> int: ...
+    @property
+    def epochs(self) -> int | None: ...
+    @property
+    def last_batch(self) -> Literal["partial", "pad"] | None: ...
+    @property
+    def steps(self) -> int | None: ...
+    def valid_len(self, step: int) -> int: ...
+    def sample_seeds(self, step: int) -> npt.NDArray[np.uint64]: ...
     def batch(self, step: int) -> npt.NDArray[np.uint64]: ...
     def seek(self, step: int) -> None: ...
     def next(self) -> npt.NDArray[np.uint64]: ...

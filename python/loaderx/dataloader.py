@@ -1,4 +1,5 @@
-"""The endless, step-based DataLoader: the class and its public surface.
+"""The step-based DataLoader (endless, or a finite pass): the class and its
+public surface.
 
 Rust threads (the native ``Loader``) gather each step's indices from every
 stream outside the GIL, into batch memory recycled from dropped batches,
@@ -14,14 +15,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from ._native import Loader, Sampler
 from .dataset import Dataset
 from .loader_args import (
     MAX_PREFETCH,
     MAX_SEED,
     MAX_WORKERS,
+    VALID,
     non_negative,
     pad_arg,
+    pass_args,
     positive,
     shard_arg,
     stream_lengths,
@@ -32,11 +37,13 @@ from .loader_state import check_state, identity, state_at
 from .loader_streams import assembler, native_streams, stream_adapters
 from .bytes_dataset import BytesDataset
 from .ragged import RaggedDataset
+from .sample_rngs import SampleRngs
 from .transform_pool import TransformPool, with_note
 
 
 class DataLoader:
-    """An endless iterator of batches: dicts of arrays, one per stream.
+    """An iterator of batches, endless or a finite pass: dicts of arrays, one
+    per stream.
 
     The streams are given as
 
@@ -64,12 +71,23 @@ class DataLoader:
     loader yields only the index-th of count equal, contiguous parts of each
     global batch: ``batch_size // count`` samples (batch_size must be
     divisible by count). The count loaders of a job see every sample of a
-    global step exactly once between them.
+    global step exactly once between them. A state saved with one shard
+    count resumes with another (elastic resume): the global batches do not
+    depend on it.
 
-    The loader never ends on its own; ``len()`` raises TypeError. Close it
-    (or use it as a context manager) to stop its threads; after ``close()``
-    iteration stops. While it runs, the datasets cannot be deleted from or
-    compacted. :meth:`state_dict` / `state=` resume it exactly.
+    By default the loader never ends (``len()`` raises TypeError). With
+    ``epochs=n`` (SEQUENTIAL or SHUFFLE) it makes a finite pass: every
+    sample n times, in ``len(loader)`` steps, the same on every shard, then
+    StopIteration. The last step's samples are shared out evenly between
+    the shards; with ``last_batch='partial'`` its batches are shorter, with
+    ``'pad'`` they are full size, padded with the pass's last sample, and
+    every batch of the pass has a bool ``valid`` stream marking its real
+    samples (what multi-host JAX needs: the same shapes everywhere).
+
+    Close it (or use it as a context manager) to stop its threads; after
+    ``close()`` iteration stops. While it runs, the datasets cannot be
+    deleted from or compacted. :meth:`state_dict` / `state=` resume it
+    exactly.
     """
 
     def __init__(
@@ -87,6 +105,9 @@ class DataLoader:
         state: Mapping[str, Any] | None = None,
         transform_workers: int | None = None,
         pad: bool | Iterable[str] = False,
+        epochs: int | None = None,
+        last_batch: str = "partial",
+        sample_rngs: bool = False,
     ) -> None:
         """Starts the loader.
 
@@ -109,12 +130,21 @@ class DataLoader:
                 0 runs it in the consuming thread.
             pad: pad ragged streams to the batch's largest shape: True for
                 all of them, or the names of those to pad.
+            epochs: make a finite pass of that many epochs (None: endless).
+            last_batch: a finite pass's last batch: ``'partial'`` (shorter)
+                or ``'pad'`` (full, with a ``valid`` mask stream).
+            sample_rngs: call ``transform(batch, rngs)``, `rngs` a
+                :class:`~loaderx.sample_rngs.SampleRngs` of one random
+                generator per sample, seeded from (seed, step, position in
+                the global batch): the same draws after a resume, on any
+                number of workers or shards.
 
         Raises:
             ValueError: the streams' lengths differ, a dataset is empty or
                 closed, a size is out of range, the mode is unknown, the
-                batch size is not divisible by the shard count, or `state`
-                belongs to another configuration.
+                batch size is not divisible by the shard count, a finite
+                pass is asked of the IID mode, or `state` belongs to another
+                configuration.
             TypeError: a stream is not a Dataset (or, in the dict form, a
                 RaggedDataset or BytesDataset), or a count or the seed is not an int (a bool
                 is not a count).
@@ -133,6 +163,9 @@ class DataLoader:
         transform_workers = non_negative("transform_workers", transform_workers, MAX_WORKERS)
         shard = shard_arg(shard)
         padded = pad_arg(pad, streams)
+        epochs, last_batch = pass_args(epochs, last_batch, streams)
+        if sample_rngs and transform is None:
+            raise ValueError("sample_rngs=True needs a transform to hand the generators to")
 
         self.dataset = dataset
         self.labelset = labelset
@@ -140,8 +173,12 @@ class DataLoader:
         self.streams: dict[str, Dataset | RaggedDataset | BytesDataset] = streams
         #: The sampler's configuration (its shard of each global batch); the
         #: loader runs on a copy of it.
-        self.sampler = Sampler(next(iter(lengths.values())), batch_size, mode, seed, shard=shard)
+        self.sampler = Sampler(
+            next(iter(lengths.values())), batch_size, mode, seed, shard=shard, epochs=epochs,
+            last_batch=last_batch,
+        )
         self._legacy_pair = labelset is not None
+        self._sample_rngs = bool(sample_rngs)
         self._transform = transform
         self._num_workers = num_workers
         self._prefetch_size = prefetch_size
@@ -160,37 +197,62 @@ class DataLoader:
         assemble = assembler(self._adapters)
         transform = self._transform
         legacy_pair = self._legacy_pair
+        sampler = self.sampler
+        padded = sampler.last_batch == "pad"
+        rngs = self._sample_rngs
 
         def work(item: Any) -> Any:
             batch = assemble(item)
-            if transform is None:
-                return batch
-            if legacy_pair:
-                data, label = transform((batch["data"], batch["label"]))
-                return {"data": data, "label": label}
-            return transform(batch)
+            step, indices, _ = item
+            valid = None
+            if padded:
+                valid = np.arange(len(indices)) < sampler.valid_len(step)
+            if transform is not None:
+                args = [(batch["data"], batch["label"]) if legacy_pair else batch]
+                if rngs:
+                    args.append(SampleRngs(sampler.sample_seeds(step)))
+                if legacy_pair:
+                    data, label = transform(*args)
+                    batch = {"data": data, "label": label}
+                else:
+                    batch = transform(*args)
+            if valid is not None and isinstance(batch, dict):
+                batch[VALID] = valid
+            return batch
 
         return work
 
     def _start(self, step: int) -> None:
         stores, record_lens = native_streams(self._adapters)
+        config = self.sampler
         sampler = Sampler(
-            self.sampler.length,
-            self.sampler.batch_size,
-            self.sampler.mode,
-            self.sampler.seed,
-            shard=self.sampler.shard,
+            config.length,
+            config.batch_size,
+            config.mode,
+            config.seed,
+            shard=config.shard,
+            epochs=config.epochs,
+            last_batch=config.last_batch or "partial",
         )
         sampler.seek(step)
         native = Loader(stores, record_lens, sampler, self._num_workers, self._prefetch_size)
         workers = self._transform_workers
-        self._pool = TransformPool(native, self._work(), workers, ahead=workers + 1)
+        self._pool = TransformPool(
+            native, self._work(), workers, ahead=workers + 1, end=config.steps
+        )
 
     # -- iteration --------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Raises TypeError: an endless loader has no length."""
-        raise TypeError("an endless (step-based) DataLoader has no length")
+        """The steps of a finite pass (``epochs=``), counted from step 0.
+
+        Raises:
+            TypeError: the loader is endless.
+        """
+        steps = self.sampler.steps
+        if steps is None:
+            raise TypeError("an endless (step-based) DataLoader has no length")
+        return steps
 
     def __iter__(self) -> "DataLoader":
         return self
@@ -200,6 +262,7 @@ class DataLoader:
         waking regularly to let signal handlers (Ctrl-C) run.
 
         Raises:
+            StopIteration: a finite pass is over, or the loader is closed.
             RuntimeError: called from this loader's own `transform` (it
                 would wait for the batch it is producing).
             OverflowError: the loader has delivered step 2**64 - 1, the
@@ -233,7 +296,8 @@ class DataLoader:
         prefetching does not count).
 
         Keys: ``version``, ``step`` (the next step to deliver), ``sampler``
-        (mode, seed, batch_size, length, shard), ``streams`` (each stream's
+        (mode, seed, batch_size, length, shard, and a finite pass's epochs
+        and last_batch), ``streams`` (each stream's
         kind, length, dtype and shape or ndim) and ``fingerprint`` (a hash
         of ``streams``).
         """
@@ -249,6 +313,9 @@ class DataLoader:
         process): the next batch is the one the saved loader would have
         delivered next. Restarts the workers; on a closed loader only the
         position is set.
+
+        The state may come from a loader with another shard count (elastic
+        resume): the global batch of a step does not depend on it.
 
         Raises:
             ValueError: `state` belongs to another sampler configuration or

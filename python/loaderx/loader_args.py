@@ -139,3 +139,25 @@ def pad_arg(pad: Any, streams: Mapping[str, Any]) -> set[str]:
             f"(ragged streams: {sorted(ragged)})"
         )
     return names
+
+
+#: What a finite pass's last batch may be: shorter, or padded with a mask.
+LAST_BATCH = ("partial", "pad")
+
+#: The stream a padded finite pass adds: which samples of a batch are real.
+VALID = "valid"
+
+
+def pass_args(
+    epochs: Any, last_batch: Any, streams: Mapping[str, Any]
+) -> tuple[int | None, str]:
+    """``epochs=`` (None: endless) and ``last_batch=``."""
+    if epochs is not None:
+        epochs = positive("epochs", epochs)
+    if last_batch not in LAST_BATCH:
+        raise ValueError(f"last_batch must be 'partial' or 'pad', not {last_batch!r}")
+    if epochs is not None and last_batch == "pad" and VALID in streams:
+        raise ValueError(
+            f"a padded pass adds a {VALID!r} stream to each batch, and a stream has that name"
+        )
+    return epochs, last_batch

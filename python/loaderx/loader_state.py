@@ -3,7 +3,8 @@
 A state is ``{'version', 'step', 'sampler', 'streams', 'fingerprint'}``:
 the step to deliver next, plus the identity of the loader configuration it
 belongs to (the sampler's parameters and each stream's kind, length, dtype
-and shape or ndim, from ``loader_streams.py``). ``dataloader.py`` builds
+and shape or ndim, from ``loader_streams.py``). The shard is recorded but
+not checked: any shard count may resume a state. ``dataloader.py`` builds
 the identity once and checks a given state against it before resuming.
 """
 
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
 #: Version of the dict that `DataLoader.state_dict` returns.
 STATE_VERSION = 1
 
+#: Sampler fields a state may differ in: the global batch of a step does
+#: not depend on the shard, so a state resumes on any shard count whose
+#: share of the global batch is whole (elastic resume; the DataLoader
+#: checks divisibility for its own shard).
+ELASTIC = ("shard",)
+
 
 def identity(
     sampler: Sampler, adapters: Mapping[str, Stream], lengths: Mapping[str, int]
@@ -32,14 +39,17 @@ def identity(
         for name, adapter in adapters.items()
     }
     blob = json.dumps(streams, sort_keys=True, separators=(",", ":")).encode()
+    config = {
+        "mode": int(sampler.mode),
+        "seed": sampler.seed,
+        "batch_size": sampler.batch_size,
+        "length": sampler.length,
+        "shard": list(sampler.shard),
+    }
+    if sampler.epochs is not None:
+        config.update(epochs=sampler.epochs, last_batch=sampler.last_batch)
     return {
-        "sampler": {
-            "mode": int(sampler.mode),
-            "seed": sampler.seed,
-            "batch_size": sampler.batch_size,
-            "length": sampler.length,
-            "shard": list(sampler.shard),
-        },
+        "sampler": config,
         "streams": streams,
         "fingerprint": hashlib.sha256(blob).hexdigest()[:16],
     }
@@ -69,7 +79,10 @@ def check_state(state: Any, ident: Mapping[str, Any]) -> int:
     if not isinstance(theirs, Mapping):
         problems.append("it has no sampler")
     else:
-        for key, value in ident["sampler"].items():
+        for key in sorted(set(ident["sampler"]) | {k for k in theirs if isinstance(k, str)}):
+            if key in ELASTIC:
+                continue
+            value = ident["sampler"].get(key)
             got = theirs.get(key)
             if isinstance(got, tuple):
                 got = list(got)

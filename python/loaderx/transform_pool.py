@@ -55,9 +55,17 @@ class TransformPool:
     DataLoader, so an abandoned DataLoader is collected (and closes this)."""
 
     def __init__(
-        self, native: Loader, work: Callable[[Any], Any], workers: int, ahead: int
+        self,
+        native: Loader,
+        work: Callable[[Any], Any],
+        workers: int,
+        ahead: int,
+        end: int | None = None,
     ) -> None:
         self.native = native
+        # The first step not to deliver: a finite pass's step count, or
+        # none after the last step there is.
+        self.end = MAX_STEP + 1 if end is None else end
         self.work = work
         self.pid = os.getpid()
         self.threads: list[threading.Thread] = []
@@ -133,8 +141,8 @@ class TransformPool:
                 "would wait for the batch it is producing itself"
             )
         if not self.threads:
-            if self.next_take > MAX_STEP:
-                raise _past_the_end()
+            if self.next_take >= self.end:
+                raise self._ended()
             step, item, error = self._native_next()
             self.next_deliver = step + 1
             if error is not None:
@@ -155,8 +163,8 @@ class TransformPool:
                     return step, (lambda: value) if ok else _raiser(value)
                 if self.stopped:
                     raise StopIteration
-                if step > MAX_STEP:
-                    raise _past_the_end()
+                if step >= self.end:
+                    raise self._ended()
                 cond.wait(_WAIT_SLICE)
 
     def _run(self) -> None:
@@ -166,7 +174,7 @@ class TransformPool:
                 while not self.stopped and (
                     self.taking
                     or self.next_take - self.next_deliver >= self.ahead
-                    or self.next_take > MAX_STEP
+                    or self.next_take >= self.end
                 ):
                     cond.wait(_WAIT_SLICE)
                 if self.stopped:
@@ -215,11 +223,15 @@ class TransformPool:
                 t.join(max(0.0, deadline - time.monotonic()))
 
 
-def _past_the_end() -> OverflowError:
-    return OverflowError(
-        f"this DataLoader has delivered its last step, {MAX_STEP}: steps are unsigned "
-        "64-bit integers, and no step comes after it"
-    )
+    def _ended(self) -> BaseException:
+        """What taking past the end raises: StopIteration after a finite
+        pass, OverflowError after the last step there is."""
+        if self.end <= MAX_STEP:
+            return StopIteration()
+        return OverflowError(
+            f"this DataLoader has delivered its last step, {MAX_STEP}: steps are unsigned "
+            "64-bit integers, and no step comes after it"
+        )
 
 
 def _raiser(error: BaseException) -> Callable[[], Any]:

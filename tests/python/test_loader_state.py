@@ -190,7 +190,7 @@ def test_a_state_of_another_configuration_is_refused(stores, tmp_path):
         (dict(seed=10), "seed"),
         (dict(mode=1), "mode"),
         (dict(batch_size=40), "batch_size"),
-        (dict(batch_size=20, shard=(1, 2)), "shard"),
+        (dict(epochs=1), "epochs"),
     ]:
         with pytest.raises(ValueError, match=match):
             DataLoader(ds, ls, **{"batch_size": 20, "mode": 2, "seed": 9, **kwargs},

@@ -20,7 +20,7 @@ def test_all_lists_exactly_the_public_api():
         "CorruptStoreError", "InvalidArgumentError", "BufferTooSmallError",
         "RecordTooLargeError", "StoreFullError", "StoreIOError", "StoreReadOnlyError",
         "StoreForkedError", "StoreMemoryError",
-        "Sampler", "MAX_RECORD_LEN", "__version__",
+        "Sampler", "SampleRngs", "MAX_RECORD_LEN", "__version__",
     ]
     for name in loaderx.__all__:
         assert hasattr(loaderx, name), name

@@ -37,7 +37,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// wait for a batch releases the GIL and wakes every 50 ms to run signal
 /// handlers (Ctrl-C); a batch that is ready when a handler raises is kept
 /// for the next call, so an interrupted wait loses nothing. Ends
-/// (StopIteration) once closed. While a loader runs, its stores cannot be
+/// (StopIteration) once closed, or after the last step of the sampler's
+/// finite pass. While a loader runs, its stores cannot be
 /// deleted from or compacted.
 #[pyclass(module = "loaderx._native", name = "Loader", frozen)]
 pub struct Loader {
@@ -113,7 +114,7 @@ impl Loader {
                 match py.detach(|| self.inner.next_timeout(WAIT_SLICE)) {
                     Ok(Some(batch)) => break batch,
                     Ok(None) => py.check_signals()?,
-                    Err(LoaderError::Closed) => return Ok(None),
+                    Err(LoaderError::Closed | LoaderError::PassEnded { .. }) => return Ok(None),
                     Err(e) => return Err(error::loader(e)),
                 }
             },

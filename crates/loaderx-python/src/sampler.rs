@@ -4,7 +4,7 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
-use zsampler::Mode;
+use zsampler::{LastBatch, Mode};
 
 use crate::convert::uint;
 use crate::error;
@@ -60,9 +60,13 @@ pub(crate) fn mode_arg(obj: &Bound<'_, PyAny>) -> PyResult<Mode> {
     Mode::from_u32(value).ok_or_else(bad)
 }
 
-/// An endless, step-based index generator over 0..length.
+/// A step-based index generator over 0..length: endless, or a finite pass.
 ///
-/// Iterating yields one uint64 array of indices per step, forever. The batch
+/// Iterating yields one uint64 array of indices per step, forever, or with
+/// `epochs` for the `steps` steps of that many epochs (SEQUENTIAL or
+/// SHUFFLE; every index once per epoch), the last batch shorter
+/// (`last_batch="partial"`) or padded with the pass's last index
+/// (`"pad"`; `valid_len(step)` says how many lead it). The batch
 /// of a step is a pure function of (length, batch_size, mode, seed, shard,
 /// step), so `batch(step)` gives any step directly and `seek(step)` resumes
 /// a run exactly.
@@ -83,8 +87,10 @@ impl Sampler {
     // `seed` is checked by `uint`, so it arrives as any object; the text
     // signature keeps showing its default.
     #[pyo3(
-        signature = (length, batch_size, mode, seed = None, *, shard = None),
-        text_signature = "(length, batch_size, mode, seed=42, *, shard=None)"
+        signature = (length, batch_size, mode, seed = None, *, shard = None, epochs = None,
+                     last_batch = "partial"),
+        text_signature = "(length, batch_size, mode, seed=42, *, shard=None, epochs=None, \
+                          last_batch='partial')"
     )]
     fn new(
         length: &Bound<'_, PyAny>,
@@ -92,6 +98,8 @@ impl Sampler {
         mode: &Bound<'_, PyAny>,
         seed: Option<&Bound<'_, PyAny>>,
         shard: Option<(u64, u64)>,
+        epochs: Option<&Bound<'_, PyAny>>,
+        last_batch: &str,
     ) -> PyResult<Self> {
         let length: u64 = uint(length, "length", u64::MAX)?;
         let batch_size: usize = uint(batch_size, "batch_size", usize::MAX as u64)?;
@@ -109,6 +117,19 @@ impl Sampler {
             .map_err(error::sampler)?;
         if let Some((index, count)) = shard {
             inner = inner.with_shard(index, count).map_err(error::sampler)?;
+        }
+        let last = match last_batch {
+            "partial" => LastBatch::Partial,
+            "pad" => LastBatch::Pad,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "last_batch must be 'partial' or 'pad', not {other:?}"
+                )))
+            }
+        };
+        if let Some(epochs) = epochs {
+            let epochs = uint(epochs, "epochs", u64::MAX)?;
+            inner = inner.with_epochs(epochs, last).map_err(error::sampler)?;
         }
         Ok(Sampler { inner })
     }
@@ -162,6 +183,47 @@ impl Sampler {
         self.inner.step()
     }
 
+    /// The epochs of a finite pass; None when endless.
+    #[getter]
+    fn epochs(&self) -> Option<u64> {
+        self.inner.epochs()
+    }
+
+    /// How a finite pass's last batch ends: 'partial' or 'pad'; None when
+    /// endless.
+    #[getter]
+    fn last_batch(&self) -> Option<&'static str> {
+        self.inner.last_batch().map(|last| match last {
+            LastBatch::Partial => "partial",
+            LastBatch::Pad => "pad",
+        })
+    }
+
+    /// The steps of a finite pass (the same on every shard); None when
+    /// endless.
+    #[getter]
+    fn steps(&self) -> Option<u64> {
+        self.inner.steps()
+    }
+
+    /// How many of this shard's indices at `step` belong to the pass (the
+    /// local batch size but at the last step of a finite pass and past it).
+    fn valid_len(&self, step: &Bound<'_, PyAny>) -> PyResult<usize> {
+        Ok(self.inner.valid_len(uint(step, "step", u64::MAX)?))
+    }
+
+    /// One uint64 seed per index of `batch(step)`: a hash of (seed, step,
+    /// the index's position in the global batch), the same whichever shard
+    /// or worker asks.
+    fn sample_seeds<'py>(
+        &self,
+        py: Python<'py>,
+        step: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let step: u64 = uint(step, "step", u64::MAX)?;
+        Ok(PyArray1::from_vec(py, self.inner.sample_seeds(step)))
+    }
+
     /// The batch of `step`, without moving the iterator.
     fn batch<'py>(
         &self,
@@ -188,8 +250,9 @@ impl Sampler {
         slf
     }
 
-    fn __next__<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyArray1<u64>> {
-        PyArray1::from_vec(py, self.inner.next_batch())
+    fn __next__<'py>(&mut self, py: Python<'py>) -> Option<Bound<'py, PyArray1<u64>>> {
+        use std::iter::Iterator;
+        Iterator::next(&mut self.inner).map(|batch| PyArray1::from_vec(py, batch))
     }
 
     fn __repr__(&self) -> String {
@@ -202,8 +265,13 @@ impl Sampler {
             (_, 1) => String::new(),
             (index, count) => format!(", shard=({index}, {count})"),
         };
+        let pass = match (self.inner.epochs(), self.last_batch()) {
+            (Some(epochs), Some(last)) => format!(", epochs={epochs}, last_batch='{last}'"),
+            _ => String::new(),
+        };
         format!(
-            "Sampler(length={}, batch_size={}, mode=Sampler.Mode.{mode}, seed={}{shard}, step={})",
+            "Sampler(length={}, batch_size={}, mode=Sampler.Mode.{mode}, seed={}{shard}{pass}, \
+             step={})",
             self.inner.length(),
             self.inner.batch_size(),
             self.inner.seed(),

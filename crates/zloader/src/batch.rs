@@ -16,6 +16,11 @@ pub struct Batch {
     /// The sampler's indices for the step (this shard's part of them), in
     /// batch order.
     pub indices: Vec<u64>,
+    /// How many of `indices` lead the batch as samples of the pass: all of
+    /// them, except in the padded last step of a finite pass, whose other
+    /// indices repeat its last sample
+    /// ([`zsampler::Sampler::valid_len`]).
+    pub valid: usize,
     /// One buffer per stream, in stream order. A [`Layout::Fixed`]`(len)`
     /// stream has record `k` at bytes `k * len ..`, `indices.len() * len`
     /// bytes in all; a [`Layout::Ragged`] stream has its records back to
@@ -84,6 +89,7 @@ impl Work {
         }
         Ok(Batch {
             step,
+            valid: self.sampler.valid_len(step).min(indices.len()),
             indices,
             buffers,
             lengths,

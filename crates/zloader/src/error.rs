@@ -39,6 +39,11 @@ pub enum LoaderError {
     #[error("the loader is closed")]
     Closed,
 
+    /// The sampler's finite pass is over: every one of its `steps` steps
+    /// was delivered.
+    #[error("the pass is over: all {steps} steps were delivered")]
+    PassEnded { steps: u64 },
+
     /// The loader was created in another process and this one is a forked
     /// child of it: its worker threads do not exist here.
     #[error("the loader was created in process {owner}, not in this process ({current}); create a new loader after fork()")]

@@ -37,10 +37,12 @@ impl Default for LoaderOptions {
     }
 }
 
-/// An endless, ordered stream of gathered batches.
+/// An ordered stream of gathered batches: endless, or the steps of the
+/// sampler's finite pass ([`Sampler::with_epochs`]).
 ///
 /// Starts at the sampler's current step ([`Sampler::step`]) and delivers
-/// steps one by one, in order, from [`Loader::next`]. Dropping the loader
+/// steps one by one, in order, from [`Loader::next`]; after the last step
+/// of a pass, `next` fails with [`LoaderError::PassEnded`]. Dropping the loader
 /// closes it, which stops and joins its threads.
 ///
 /// # Fork
@@ -104,7 +106,7 @@ impl Loader {
         let alone = workers >= cores;
         let ahead = options.prefetch.saturating_add(workers);
         let recycler = recycler_for(&streams, &sampler, ahead);
-        let schedule = Arc::new(Schedule::new(sampler.step(), ahead as u64));
+        let schedule = Arc::new(Schedule::new(sampler.step(), ahead as u64, sampler.steps()));
         let work = Arc::new(Work {
             streams,
             sampler,
@@ -151,6 +153,7 @@ impl Loader {
         match self.schedule.take(None) {
             Taken::Step(result) => result,
             Taken::Closed => Err(LoaderError::Closed),
+            Taken::Ended => Err(self.ended()),
             Taken::TimedOut => unreachable!("a wait without a deadline does not time out"),
         }
     }
@@ -163,7 +166,14 @@ impl Loader {
         match self.schedule.take(Some(timeout)) {
             Taken::Step(result) => result.map(Some),
             Taken::Closed => Err(LoaderError::Closed),
+            Taken::Ended => Err(self.ended()),
             Taken::TimedOut => Ok(None),
+        }
+    }
+
+    fn ended(&self) -> LoaderError {
+        LoaderError::PassEnded {
+            steps: self.schedule.end().unwrap_or(u64::MAX),
         }
     }
 
@@ -252,7 +262,7 @@ mod tests {
     use super::*;
     use std::time::Instant;
     use zrecord::{AppendOptions, Store};
-    use zsampler::Mode;
+    use zsampler::{LastBatch, Mode};
 
     fn store_of(dir: &std::path::Path, n: usize, len: usize) -> Arc<Store> {
         let store = Store::open(dir.join("data.zr")).unwrap();
@@ -334,5 +344,42 @@ mod tests {
             0,
             "and those dropped after it"
         );
+    }
+
+    /// A finite pass delivers its steps, the last one short or padded, and
+    /// then ends, for a loader started at step 0 or in the middle.
+    #[test]
+    fn a_finite_pass_ends_after_its_last_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_of(dir.path(), 10, 8);
+        for (last, first, lens) in [
+            (LastBatch::Partial, 0, vec![(4, 4), (4, 4), (2, 2)]),
+            (LastBatch::Pad, 1, vec![(4, 4), (4, 2)]),
+        ] {
+            let mut sampler = Sampler::new(10, 4, Mode::Sequential, 0)
+                .unwrap()
+                .with_epochs(1, last)
+                .unwrap();
+            sampler.seek(first);
+            let loader = Loader::new(
+                vec![Stream::new(store.clone(), 8)],
+                sampler,
+                LoaderOptions::default(),
+            )
+            .unwrap();
+            let got: Vec<_> = lens
+                .iter()
+                .map(|_| {
+                    let batch = loader.next().unwrap();
+                    (batch.indices.len(), batch.valid)
+                })
+                .collect();
+            assert_eq!(got, lens);
+            assert!(matches!(
+                loader.next(),
+                Err(LoaderError::PassEnded { steps: 3 })
+            ));
+            assert_eq!(loader.next_step(), 3);
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! Workers claim steps in increasing order; a step may be claimed only while
 //! it lies within `window` steps of the next one the consumer will take, so
 //! at most `window` steps are in flight or finished at once. Finished steps
-//! wait in a map keyed by step and leave it strictly in step order.
+//! wait in a map keyed by step and leave it strictly in step order. A
+//! schedule with an end (a finite pass) claims and delivers no step past it.
 
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -19,6 +20,8 @@ pub(crate) struct Schedule {
     /// Signalled when a step finishes or on close.
     ready: Condvar,
     window: u64,
+    /// The first step not to run (`None`: endless).
+    end: Option<u64>,
 }
 
 struct State {
@@ -33,11 +36,14 @@ pub(crate) enum Taken {
     Step(Result<Batch>),
     Closed,
     TimedOut,
+    /// Every step before the end was taken.
+    Ended,
 }
 
 impl Schedule {
-    /// A schedule whose first step is `first`, with `window >= 1`.
-    pub(crate) fn new(first: u64, window: u64) -> Schedule {
+    /// A schedule from step `first` up to `end` (exclusive; `None`:
+    /// endless), with `window >= 1`.
+    pub(crate) fn new(first: u64, window: u64, end: Option<u64>) -> Schedule {
         Schedule {
             state: Mutex::new(State {
                 next_claim: first,
@@ -48,6 +54,7 @@ impl Schedule {
             space: Condvar::new(),
             ready: Condvar::new(),
             window,
+            end,
         }
     }
 
@@ -63,7 +70,7 @@ impl Schedule {
     pub(crate) fn claim(&self) -> Option<u64> {
         let mut state = self.lock();
         loop {
-            if state.closed {
+            if state.closed || self.end.is_some_and(|end| state.next_claim >= end) {
                 return None;
             }
             if state.next_claim - state.next_take < self.window {
@@ -97,6 +104,9 @@ impl Schedule {
                 return Taken::Closed;
             }
             let step = state.next_take;
+            if self.end.is_some_and(|end| step >= end) {
+                return Taken::Ended;
+            }
             if let Some(result) = state.done.remove(&step) {
                 state.next_take += 1;
                 self.space.notify_all();
@@ -138,6 +148,11 @@ impl Schedule {
         self.lock().next_claim
     }
 
+    /// The first step not to run (`None`: endless).
+    pub(crate) fn end(&self) -> Option<u64> {
+        self.end
+    }
+
     /// The step the next successful take returns.
     pub(crate) fn next_take(&self) -> u64 {
         self.lock().next_take
@@ -155,6 +170,7 @@ mod tests {
     fn batch(step: u64) -> Result<Batch> {
         Ok(Batch {
             step,
+            valid: 1,
             indices: vec![step],
             buffers: vec![],
             lengths: vec![],
@@ -170,7 +186,7 @@ mod tests {
 
     #[test]
     fn steps_leave_in_order_whatever_order_they_finish_in() {
-        let s = Schedule::new(5, 3);
+        let s = Schedule::new(5, 3, None);
         let claimed: Vec<_> = (0..3).map(|_| s.claim().unwrap()).collect();
         assert_eq!(claimed, [5, 6, 7]);
         s.finish(7, batch(7));
@@ -187,7 +203,7 @@ mod tests {
 
     #[test]
     fn the_window_bounds_claims_until_the_consumer_takes() {
-        let s = std::sync::Arc::new(Schedule::new(0, 2));
+        let s = std::sync::Arc::new(Schedule::new(0, 2, None));
         assert_eq!(s.claim(), Some(0));
         assert_eq!(s.claim(), Some(1));
         let s2 = s.clone();
@@ -201,7 +217,7 @@ mod tests {
 
     #[test]
     fn close_wakes_waiting_workers_and_consumers() {
-        let s = std::sync::Arc::new(Schedule::new(0, 1));
+        let s = std::sync::Arc::new(Schedule::new(0, 1, None));
         assert_eq!(s.claim(), Some(0));
         let (s1, s2) = (s.clone(), s.clone());
         let worker = std::thread::spawn(move || s1.claim());
@@ -211,5 +227,16 @@ mod tests {
         assert_eq!(worker.join().unwrap(), None);
         assert!(consumer.join().unwrap());
         assert!(s.is_closed());
+    }
+
+    #[test]
+    fn a_schedule_with_an_end_claims_and_delivers_up_to_it() {
+        let s = Schedule::new(3, 4, Some(5));
+        assert_eq!((s.claim(), s.claim(), s.claim()), (Some(3), Some(4), None));
+        s.finish(4, batch(4));
+        s.finish(3, batch(3));
+        assert_eq!(taken_step(s.take(None)), 3);
+        assert_eq!(taken_step(s.take(None)), 4);
+        assert!(matches!(s.take(None), Taken::Ended));
     }
 }

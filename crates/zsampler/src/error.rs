@@ -15,6 +15,12 @@ pub enum SamplerError {
     /// Every shard gets the same part of a global batch, so the global batch
     /// size must be a multiple of the shard count.
     BatchNotDivisible { batch_size: usize, count: u64 },
+    /// A finite pass needs at least one epoch.
+    ZeroEpochs,
+    /// Iid draws with replacement: it has no epochs to pass over.
+    IidHasNoEpochs,
+    /// The pass has more than `u64::MAX` steps.
+    TooManySteps { epochs: u64 },
 }
 
 impl fmt::Display for SamplerError {
@@ -34,6 +40,14 @@ impl fmt::Display for SamplerError {
                 "the global batch size {batch_size} is not divisible by the shard count {count}: \
                  every shard takes batch_size / count indices of each step"
             ),
+            SamplerError::ZeroEpochs => f.write_str("a finite pass needs at least 1 epoch"),
+            SamplerError::IidHasNoEpochs => f.write_str(
+                "the IID mode draws with replacement and has no epochs: a finite pass \
+                 needs SEQUENTIAL or SHUFFLE",
+            ),
+            SamplerError::TooManySteps { epochs } => {
+                write!(f, "{epochs} epochs take more than 2**64 - 1 steps")
+            }
         }
     }
 }

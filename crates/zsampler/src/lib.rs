@@ -14,6 +14,13 @@
 //!   pseudo-random [`Permutation`] derived from `(seed, e)`. Batches cross
 //!   epoch boundaries seamlessly.
 //!
+//! # Finite passes
+//!
+//! [`Sampler::with_epochs`] makes a sampler that ends after a number of
+//! epochs (Sequential or Shuffle), every index once per epoch; its last
+//! batch is short or padded ([`LastBatch`]), and every shard runs the same
+//! number of steps ([`finite_pass`]).
+//!
 //! # Shards
 //!
 //! [`Sampler::with_shard`]`(index, count)` keeps only the `index`-th of
@@ -43,12 +50,14 @@
 //! ```
 
 mod error;
+pub mod finite_pass;
 mod mode;
 mod permutation;
 mod random;
 mod sampler;
 
 pub use error::SamplerError;
+pub use finite_pass::LastBatch;
 pub use mode::Mode;
 pub use permutation::Permutation;
 pub use sampler::Sampler;

@@ -1,4 +1,5 @@
 use crate::error::SamplerError;
+use crate::finite_pass::{FinitePass, LastBatch};
 use crate::mode::Mode;
 use crate::permutation::Permutation;
 use crate::random::{hash, uniform_below};
@@ -7,6 +8,8 @@ use crate::random::{hash, uniform_below};
 /// are unrelated to each other.
 const IID_STREAM: u64 = 0x6969_6400_0000_0001;
 const SHUFFLE_STREAM: u64 = 0x7368_7566_0000_0002;
+/// The stream of per-sample seeds ([`Sampler::sample_seeds`]).
+const SAMPLE_SEED_STREAM: u64 = 0x7365_6564_0000_0003;
 
 /// Endless, step-based index generator over the index space `0..length`.
 ///
@@ -23,6 +26,10 @@ const SHUFFLE_STREAM: u64 = 0x7368_7566_0000_0002;
 /// `index * batch_size / count .. (index + 1) * batch_size / count`. The
 /// `count` shards of a step are disjoint and together are exactly the
 /// unsharded batch of that step, in order.
+///
+/// # Finite passes
+/// [`Sampler::with_epochs`] ends the sampler after `epochs` epochs: see
+/// [`crate::finite_pass`] for how the last, short step is shared out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sampler {
     length: u64,
@@ -32,6 +39,7 @@ pub struct Sampler {
     shard_index: u64,
     shard_count: u64,
     step: u64,
+    pass: Option<FinitePass>,
 }
 
 impl Sampler {
@@ -56,7 +64,73 @@ impl Sampler {
             shard_index: 0,
             shard_count: 1,
             step: 0,
+            pass: None,
         })
+    }
+
+    /// This sampler made finite: `epochs` epochs over `0..length`, every
+    /// index once per epoch, in [`Sampler::steps`] steps; `last` says
+    /// whether the last step's batch is shorter or padded. Not for
+    /// [`Mode::Iid`], which has no epochs.
+    ///
+    /// ```
+    /// use zsampler::{LastBatch, Mode, Sampler};
+    ///
+    /// let pass = Sampler::new(10, 4, Mode::Sequential, 0)
+    ///     .unwrap()
+    ///     .with_epochs(1, LastBatch::Partial)
+    ///     .unwrap();
+    /// assert_eq!(pass.steps(), Some(3));
+    /// assert_eq!(pass.batch(2), [8, 9]);
+    /// ```
+    pub fn with_epochs(self, epochs: u64, last: LastBatch) -> Result<Sampler, SamplerError> {
+        if epochs == 0 {
+            return Err(SamplerError::ZeroEpochs);
+        }
+        if self.mode == Mode::Iid {
+            return Err(SamplerError::IidHasNoEpochs);
+        }
+        let pass = FinitePass::new(epochs, self.length, self.batch_size, last)
+            .ok_or(SamplerError::TooManySteps { epochs })?;
+        Ok(Sampler {
+            pass: Some(pass),
+            ..self
+        })
+    }
+
+    /// The epochs of a finite pass; `None` when endless.
+    pub fn epochs(&self) -> Option<u64> {
+        self.pass.map(|p| p.epochs)
+    }
+
+    /// How a finite pass ends; `None` when endless.
+    pub fn last_batch(&self) -> Option<LastBatch> {
+        self.pass.map(|p| p.last)
+    }
+
+    /// The steps of a finite pass (the same for every shard); `None` when
+    /// endless.
+    pub fn steps(&self) -> Option<u64> {
+        self.pass.map(|p| p.steps)
+    }
+
+    /// How many of this shard's indices at `step` belong to the pass: the
+    /// local batch size, except at the last step of a finite pass (possibly
+    /// 0 there) and after it (0).
+    pub fn valid_len(&self, step: u64) -> usize {
+        self.span(step).1
+    }
+
+    /// The length of [`Sampler::batch`]`(step)`: [`Sampler::valid_len`] with
+    /// [`LastBatch::Partial`], else the local batch size.
+    pub fn batch_len(&self, step: u64) -> usize {
+        match self.pass {
+            Some(FinitePass {
+                last: LastBatch::Partial,
+                ..
+            }) => self.valid_len(step),
+            _ => self.local_batch_size(),
+        }
     }
 
     /// This sampler restricted to shard `index` of `count`: each batch is
@@ -140,21 +214,27 @@ impl Sampler {
 
     /// The batch of the current step; then advances to the next step.
     ///
-    /// Endless: after step `u64::MAX` the cursor wraps around to step 0.
+    /// After step `u64::MAX` the cursor wraps around to step 0. Past the end
+    /// of a finite pass the batch is empty ([`LastBatch::Partial`]) or all
+    /// padding.
     pub fn next_batch(&mut self) -> Vec<u64> {
         let batch = self.batch(self.step);
         self.step = self.step.wrapping_add(1);
         batch
     }
 
-    /// The batch of `step`, independent of the cursor.
+    /// The batch of `step`, independent of the cursor: [`Sampler::batch_len`]
+    /// indices.
     pub fn batch(&self, step: u64) -> Vec<u64> {
         let mut out = vec![0; self.local_batch_size()];
         self.batch_into(step, &mut out);
+        out.truncate(self.batch_len(step));
         out
     }
 
-    /// Writes the batch of `step` into `out`, independent of the cursor.
+    /// Writes the batch of `step` into `out`, independent of the cursor; in
+    /// a finite pass the slots past [`Sampler::valid_len`] repeat the pass's
+    /// last index.
     ///
     /// # Panics
     /// If `out.len() != local_batch_size()`.
@@ -164,33 +244,71 @@ impl Sampler {
             self.local_batch_size(),
             "output buffer length must equal the (local) batch size"
         );
+        let (start, valid) = self.span(step);
+        let (batch, padding) = out.split_at_mut(valid);
         match self.mode {
-            Mode::Sequential => self.sequential_into(step, out),
-            Mode::Iid => self.iid_into(step, out),
-            Mode::Shuffle => self.shuffle_into(step, out),
+            Mode::Sequential => self.sequential_into(start, batch),
+            Mode::Iid => self.iid_into(step, batch),
+            Mode::Shuffle => self.shuffle_into(start, batch),
+        }
+        if let (Some(pass), false) = (self.pass, padding.is_empty()) {
+            let last = self.index_at(pass.end - 1);
+            padding.fill(last);
         }
     }
 
-    /// Position of this shard's first index of `step` within the global
-    /// batch.
-    fn first_in_batch(&self) -> u64 {
-        self.shard_index * self.local_batch_size() as u64
+    /// One seed per index of [`Sampler::batch`]`(step)`, for the random
+    /// draws of whatever transforms that sample: a hash of (seed, step, the
+    /// index's position in the global batch). So a sample's seed is the
+    /// same whichever shard, worker or resumed run produces it.
+    pub fn sample_seeds(&self, step: u64) -> Vec<u64> {
+        let (start, _) = self.span(step);
+        let first = (start - u128::from(step) * self.batch_size as u128) as u64;
+        (first..)
+            .take(self.batch_len(step))
+            .map(|position| hash(self.seed, &[SAMPLE_SEED_STREAM, step, position]))
+            .collect()
     }
 
-    /// Global position of this shard's first index of `step`, as
-    /// (epoch, offset) with
-    /// `step * batch_size + first_in_batch == epoch * length + offset`.
-    /// Computed in `u128`, which cannot overflow:
+    /// This shard's positions at `step`: the first, and how many.
+    fn span(&self, step: u64) -> (u128, usize) {
+        let local = self.local_batch_size();
+        match self.pass {
+            Some(pass) => pass.span(
+                step,
+                self.batch_size,
+                self.shard_index,
+                self.shard_count,
+                local,
+            ),
+            None => {
+                let first = u128::from(step) * self.batch_size as u128
+                    + u128::from(self.shard_index) * local as u128;
+                (first, local)
+            }
+        }
+    }
+
+    /// A global position as (epoch, offset) with
+    /// `position == epoch * length + offset`. Positions are computed in
+    /// `u128`, which cannot overflow:
     /// `u64::MAX * u64::MAX + u64::MAX < u128::MAX`.
-    fn start_of(&self, step: u64) -> (u128, u64) {
-        let position =
-            u128::from(step) * self.batch_size as u128 + u128::from(self.first_in_batch());
+    fn epoch_offset(&self, position: u128) -> (u128, u64) {
         let length = u128::from(self.length);
         (position / length, (position % length) as u64)
     }
 
-    fn sequential_into(&self, step: u64, out: &mut [u64]) {
-        let (_, mut index) = self.start_of(step);
+    /// The index at one position (Sequential and Shuffle).
+    fn index_at(&self, position: u128) -> u64 {
+        let (epoch, offset) = self.epoch_offset(position);
+        match self.mode {
+            Mode::Shuffle => self.epoch_permutation(epoch).apply(offset),
+            _ => offset,
+        }
+    }
+
+    fn sequential_into(&self, start: u128, out: &mut [u64]) {
+        let (_, mut index) = self.epoch_offset(start);
         for slot in out {
             *slot = index;
             index += 1;
@@ -204,18 +322,19 @@ impl Sampler {
         // Keyed by (step, position within the global batch), so every draw
         // has its own coordinates and needs no generator state, and a shard
         // draws exactly its part of the global batch.
-        for (position, slot) in (self.first_in_batch()..).zip(out) {
+        let first = self.shard_index * self.local_batch_size() as u64;
+        for (position, slot) in (first..).zip(out) {
             *slot = uniform_below(self.length, |attempt| {
                 hash(self.seed, &[IID_STREAM, step, position, attempt])
             });
         }
     }
 
-    fn shuffle_into(&self, step: u64, out: &mut [u64]) {
+    fn shuffle_into(&self, start: u128, out: &mut [u64]) {
         // A batch may straddle epochs (or span many, when batch_size >
         // length); walk the positions and rebuild the permutation whenever an
         // epoch boundary is crossed.
-        let (mut epoch, mut offset) = self.start_of(step);
+        let (mut epoch, mut offset) = self.epoch_offset(start);
         let mut permutation = self.epoch_permutation(epoch);
         for slot in out {
             *slot = permutation.apply(offset);
@@ -239,16 +358,25 @@ impl Sampler {
     }
 }
 
-/// Endless: `next()` never returns `None`.
+/// Endless, or until the end of a finite pass.
 impl Iterator for Sampler {
     type Item = Vec<u64>;
 
     fn next(&mut self) -> Option<Vec<u64>> {
-        Some(self.next_batch())
+        match self.steps() {
+            Some(steps) if self.step >= steps => None,
+            _ => Some(self.next_batch()),
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (usize::MAX, None)
+        match self.steps() {
+            None => (usize::MAX, None),
+            Some(steps) => {
+                let left = usize::try_from(steps.saturating_sub(self.step)).ok();
+                (left.unwrap_or(usize::MAX), left)
+            }
+        }
     }
 }
 
@@ -271,11 +399,12 @@ mod tests {
     }
 
     #[test]
-    fn start_of_splits_huge_positions_exactly() {
+    fn huge_positions_split_exactly() {
         let sampler = Sampler::new(7, usize::MAX, Mode::Shuffle, 0).unwrap();
         let position = u128::from(u64::MAX) * usize::MAX as u128;
+        assert_eq!(sampler.span(u64::MAX).0, position);
         assert_eq!(
-            sampler.start_of(u64::MAX),
+            sampler.epoch_offset(position),
             (position / 7, (position % 7) as u64)
         );
     }
@@ -301,7 +430,7 @@ mod tests {
         let shard = s.with_shard(2, 3).unwrap();
         assert_eq!((shard.batch_size(), shard.local_batch_size()), (6, 2));
         assert_eq!((shard.shard_index(), shard.shard_count()), (2, 3));
-        assert_eq!(shard.first_in_batch(), 4);
+        assert_eq!(shard.span(0), (4, 2));
     }
 
     #[test]
