@@ -7,6 +7,7 @@ transparent per-record compression and an endless, step-based data loader.
   pass (``epochs=``); resumable (``state_dict``), also on another shard
   count, shardable across hosts (``shard=``); per-sample random generators
   for transforms (``sample_rngs=``, :class:`SampleRngs`).
+* :class:`Mixture` — datasets or tables mixed by weight, for the DataLoader.
 * :class:`~loaderx.ragged.RaggedDataset` — samples of one dtype with
   per-sample shapes (``loaderx.ragged``).
 * :class:`BytesDataset` — ``bytes`` or ``str`` items of any length.
@@ -41,6 +42,7 @@ from ._native import (
 from .bytes_dataset import BytesDataset
 from .dataloader import DataLoader
 from .dataset import Dataset
+from .mixture import Mixture
 from .ragged import RaggedDataset
 from .sample_rngs import SampleRngs
 from .table import Table
@@ -50,6 +52,7 @@ from .convert import convert
 __all__ = [
     "Dataset",
     "DataLoader",
+    "Mixture",
     "RaggedDataset",
     "BytesDataset",
     "Table",

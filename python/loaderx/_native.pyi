@@ -189,16 +189,54 @@ class Sampler:
     def __repr__(self) -> str: ...
 
 @final
+class MixtureSampler:
+    """The index generator of a weighted mixture of sources."""
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        modes: Sequence[int | Sampler.Mode],
+        weights: Sequence[float],
+        batch_size: int,
+        seed: int = 42,
+        *,
+        shard: tuple[int, int] | None = None,
+        proportions: Literal["exact", "drawn"] = "exact",
+    ) -> None: ...
+    @property
+    def lengths(self) -> list[int]: ...
+    @property
+    def modes(self) -> list[int]: ...
+    @property
+    def weights(self) -> list[int]: ...
+    @property
+    def proportions(self) -> Literal["exact", "drawn"]: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def local_batch_size(self) -> int: ...
+    @property
+    def shard(self) -> tuple[int, int]: ...
+    @property
+    def seed(self) -> int: ...
+    def batch(self, step: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint64]]: ...
+    def sample_seeds(self, step: int) -> npt.NDArray[np.uint64]: ...
+    def counts(self, positions: int) -> list[int]: ...
+    def __repr__(self) -> str: ...
+
+@final
 class Loader:
     """Gathers batches of several stores in lockstep on worker threads."""
 
     def __init__(
         self,
-        stores: Sequence[Zrecord],
+        stores: Sequence[Zrecord | Sequence[Zrecord]],
         record_lens: Sequence[int | None],
-        sampler: Sampler,
+        sampler: Sampler | MixtureSampler,
         num_workers: int = 4,
         prefetch_size: int = 4,
+        *,
+        step: int | None = None,
     ) -> None: ...
     @property
     def next_step(self) -> int: ...
@@ -212,4 +250,5 @@ class Loader:
         int,
         npt.NDArray[np.uint64],
         list[npt.NDArray[np.uint8] | tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint32]]],
+        npt.NDArray[np.int32] | None,
     ]: ...

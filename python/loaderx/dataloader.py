@@ -36,6 +36,7 @@ from .loader_state import STATE_VERSION  # noqa: F401 - loaderx.dataloader.STATE
 from .loader_state import check_state, identity, state_at
 from .loader_streams import assembler, native_streams, stream_adapters
 from .bytes_dataset import BytesDataset
+from .mixture import SOURCE, Mixture
 from .ragged import RaggedDataset
 from .sample_rngs import SampleRngs
 from .transform_pool import TransformPool, with_note
@@ -57,7 +58,11 @@ class DataLoader:
       dict ``{'values', 'offsets', 'shapes'}`` (or, padded, ``{'values',
       'lengths', 'shapes'}``); a :class:`BytesDataset` stream a list of its
       items. A :class:`Table` is such a dict. `transform` takes the batch
-      dict and returns what the iteration yields.
+      dict and returns what the iteration yields;
+    * ``DataLoader(Mixture([source, ...], weights))``: a weighted mixture of
+      datasets or tables with the same streams; batches also hold
+      ``source``, each sample's int32 source number (see
+      :class:`~loaderx.Mixture`).
 
     Every stream is gathered with the same indices, so their lengths must
     match. Each step draws indices from a :class:`Sampler` of
@@ -92,7 +97,7 @@ class DataLoader:
 
     def __init__(
         self,
-        dataset: Dataset | Mapping[str, Dataset | RaggedDataset | BytesDataset],
+        dataset: Dataset | Mapping[str, Dataset | RaggedDataset | BytesDataset] | Mixture,
         labelset: Dataset | None = None,
         num_workers: int = 4,
         batch_size: int = 256,
@@ -150,7 +155,14 @@ class DataLoader:
                 is not a count).
         """
         self._pool: TransformPool | None = None
-        streams = streams_arg(dataset, labelset)
+        mixture = dataset if isinstance(dataset, Mixture) else None
+        if mixture is not None:
+            if labelset is not None:
+                raise TypeError("a Mixture holds its streams; give no labelset")
+            sources = mixture.streams
+        else:
+            sources = [streams_arg(dataset, labelset)]
+        streams = sources[0]
         lengths = stream_lengths(streams, pair=labelset is not None)
         num_workers = positive("num_workers", num_workers, MAX_WORKERS)
         batch_size = positive("batch_size", batch_size)
@@ -164,6 +176,8 @@ class DataLoader:
         shard = shard_arg(shard)
         padded = pad_arg(pad, streams)
         epochs, last_batch = pass_args(epochs, last_batch, streams)
+        if mixture is not None and epochs is not None:
+            raise ValueError("a Mixture is endless: epochs= is for a dataset or a table")
         if sample_rngs and transform is None:
             raise ValueError("sample_rngs=True needs a transform to hand the generators to")
 
@@ -171,19 +185,27 @@ class DataLoader:
         self.labelset = labelset
         #: The streams by name, in batch order.
         self.streams: dict[str, Dataset | RaggedDataset | BytesDataset] = streams
-        #: The sampler's configuration (its shard of each global batch); the
-        #: loader runs on a copy of it.
-        self.sampler = Sampler(
-            next(iter(lengths.values())), batch_size, mode, seed, shard=shard, epochs=epochs,
-            last_batch=last_batch,
-        )
+        #: The sampler's configuration (its shard of each global batch): a
+        #: Sampler, or a MixtureSampler for a Mixture; the loader runs on a
+        #: copy of it.
+        self.sampler: Any
+        if mixture is not None:
+            self.sampler = mixture.sampler(mode, batch_size, seed, shard)
+        else:
+            self.sampler = Sampler(
+                next(iter(lengths.values())), batch_size, mode, seed, shard=shard,
+                epochs=epochs, last_batch=last_batch,
+            )
         self._legacy_pair = labelset is not None
         self._sample_rngs = bool(sample_rngs)
         self._transform = transform
         self._num_workers = num_workers
         self._prefetch_size = prefetch_size
         self._transform_workers = transform_workers
-        self._adapters = stream_adapters(streams, padded)
+        # One set of adapters per source (one without a mixture); the first
+        # assembles the batches, all give their stores.
+        self._sources = [stream_adapters(source, padded) for source in sources]
+        self._adapters = self._sources[0]
         self._identity = identity(self.sampler, self._adapters, lengths)
         step = 0 if state is None else check_state(state, self._identity)
         self._closed_step = step
@@ -198,12 +220,14 @@ class DataLoader:
         transform = self._transform
         legacy_pair = self._legacy_pair
         sampler = self.sampler
-        padded = sampler.last_batch == "pad"
+        padded = getattr(sampler, "last_batch", None) == "pad"
         rngs = self._sample_rngs
 
         def work(item: Any) -> Any:
             batch = assemble(item)
-            step, indices, _ = item
+            step, indices, _, sources = item
+            if sources is not None:
+                batch[SOURCE] = sources
             valid = None
             if padded:
                 valid = np.arange(len(indices)) < sampler.valid_len(step)
@@ -223,22 +247,18 @@ class DataLoader:
         return work
 
     def _start(self, step: int) -> None:
-        stores, record_lens = native_streams(self._adapters)
-        config = self.sampler
-        sampler = Sampler(
-            config.length,
-            config.batch_size,
-            config.mode,
-            config.seed,
-            shard=config.shard,
-            epochs=config.epochs,
-            last_batch=config.last_batch or "partial",
-        )
-        sampler.seek(step)
-        native = Loader(stores, record_lens, sampler, self._num_workers, self._prefetch_size)
+        per_source = [native_streams(adapters) for adapters in self._sources]
+        stores: list[Any] = per_source[0][0]
+        if len(per_source) > 1:
+            # A mixture: each stream reads from one store per source.
+            stores = [list(column) for column in zip(*(s for s, _ in per_source))]
+        record_lens = per_source[0][1]
+        native = Loader(stores, record_lens, self.sampler, self._num_workers,
+                        self._prefetch_size, step=step)
         workers = self._transform_workers
         self._pool = TransformPool(
-            native, self._work(), workers, ahead=workers + 1, end=config.steps
+            native, self._work(), workers, ahead=workers + 1,
+            end=getattr(self.sampler, "steps", None),
         )
 
     # -- iteration --------------------------------------------------------------
@@ -249,7 +269,7 @@ class DataLoader:
         Raises:
             TypeError: the loader is endless.
         """
-        steps = self.sampler.steps
+        steps = getattr(self.sampler, "steps", None)
         if steps is None:
             raise TypeError("an endless (step-based) DataLoader has no length")
         return steps
@@ -356,7 +376,7 @@ class DataLoader:
 
     def __repr__(self) -> str:
         state = "closed" if self._pool is None else "running"
-        if isinstance(self.dataset, Mapping):
+        if isinstance(self.dataset, (Mapping, Mixture)):
             return f"DataLoader({self.streams!r}, {self.sampler!r}, {state})"
         if self.labelset is None:
             return f"DataLoader({self.dataset!r}, {self.sampler!r}, {state})"

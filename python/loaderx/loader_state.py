@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._native import Sampler
+    from ._native import MixtureSampler, Sampler
     from .loader_streams import Stream
 
 #: Version of the dict that `DataLoader.state_dict` returns.
@@ -30,7 +30,8 @@ ELASTIC = ("shard",)
 
 
 def identity(
-    sampler: Sampler, adapters: Mapping[str, Stream], lengths: Mapping[str, int]
+    sampler: Sampler | MixtureSampler, adapters: Mapping[str, Stream],
+    lengths: Mapping[str, int],
 ) -> dict[str, Any]:
     """What a state of this configuration carries besides its version and
     step: the sampler's parameters, the streams and their fingerprint."""
@@ -39,15 +40,22 @@ def identity(
         for name, adapter in adapters.items()
     }
     blob = json.dumps(streams, sort_keys=True, separators=(",", ":")).encode()
-    config = {
-        "mode": int(sampler.mode),
+    config: dict[str, Any] = {
         "seed": sampler.seed,
         "batch_size": sampler.batch_size,
-        "length": sampler.length,
         "shard": list(sampler.shard),
     }
-    if sampler.epochs is not None:
-        config.update(epochs=sampler.epochs, last_batch=sampler.last_batch)
+    if hasattr(sampler, "weights"):  # a MixtureSampler
+        config["mixture"] = {
+            "lengths": list(sampler.lengths),
+            "modes": list(sampler.modes),
+            "weights": list(sampler.weights),
+            "proportions": sampler.proportions,
+        }
+    else:
+        config.update(mode=int(sampler.mode), length=sampler.length)
+        if sampler.epochs is not None:
+            config.update(epochs=sampler.epochs, last_batch=sampler.last_batch)
     return {
         "sampler": config,
         "streams": streams,

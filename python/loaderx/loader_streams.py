@@ -111,14 +111,14 @@ def native_streams(adapters: Mapping[str, Stream]) -> tuple[list[Zrecord], list[
 
 
 def assembler(adapters: Mapping[str, Stream]) -> Callable[[Any], dict[str, Any]]:
-    """What turns a native batch ``(step, indices, buffers)`` into the batch
-    dict: each adapter takes its stores' buffers, in the order of
+    """What turns a native batch ``(step, indices, buffers, sources)`` into
+    the batch dict: each adapter takes its stores' buffers, in the order of
     :func:`native_streams`."""
     pairs = list(adapters.items())
     widths = [len(adapter.stores) for _, adapter in pairs]
 
     def assemble(item: Any) -> dict[str, Any]:
-        _step, indices, buffers = item
+        _step, indices, buffers, _sources = item
         n = len(indices)
         batch = {}
         at = 0

@@ -256,8 +256,9 @@ def test_the_native_loader_yields_steps_in_order(small):
     s.seek(7)
     native = loaderx._native.Loader([ds._zr(), ls._zr()], [48, 8], s, 2, 2)
     steps = [next(native) for _ in range(3)]
-    assert [st for st, _, _ in steps] == [7, 8, 9]
+    assert [st for st, _, _, _ in steps] == [7, 8, 9]
     assert np.array_equal(steps[0][1], s.batch(7))
+    assert steps[0][3] is None  # no mixture: no sources
     assert [b.dtype for b in steps[0][2]] == [np.uint8, np.uint8]
     native.close()
     assert native.closed

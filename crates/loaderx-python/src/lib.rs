@@ -8,6 +8,7 @@ mod batch_array;
 mod convert;
 mod error;
 mod loader;
+mod mixture;
 mod sampler;
 mod zrecord;
 
@@ -21,6 +22,8 @@ mod _native {
     use crate::error::ZrecordError;
     #[pymodule_export]
     use crate::loader::Loader;
+    #[pymodule_export]
+    use crate::mixture::MixtureSampler;
     #[pymodule_export]
     use crate::sampler::Sampler;
     #[pymodule_export]

@@ -9,14 +9,21 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use zloader::{Batch, LoaderError, LoaderOptions, Stream};
+use zloader::{Batch, Layout, LoaderError, LoaderOptions, Stream};
 
+use crate::convert::uint;
+use crate::mixture::MixtureSampler;
 use crate::sampler::Sampler;
 use crate::zrecord::Zrecord;
 use crate::{batch_array, error};
 
-/// What iterating yields: `(step, indices, buffers)`.
-type NativeBatch<'py> = (u64, Bound<'py, PyArray1<u64>>, Bound<'py, PyList>);
+/// What iterating yields: `(step, indices, buffers, sources)`.
+type NativeBatch<'py> = (
+    u64,
+    Bound<'py, PyArray1<u64>>,
+    Bound<'py, PyList>,
+    Option<Bound<'py, PyArray1<i32>>>,
+);
 
 /// How long one wait for a batch lasts before checking for signals
 /// (Ctrl-C), with the GIL released in between.
@@ -29,11 +36,14 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// `sampler` (from its current step on; its shard of each batch) is gathered
 /// from every store by `num_workers` threads (at most one per core) into
 /// batch memory recycled from the loader's earlier batches, at most
-/// `prefetch_size` steps beyond those being gathered ahead of the consumer. Iterating yields
-/// `(step, indices, buffers)`: the step number, its uint64 indices and, per
-/// store, one flat uint8 array (fixed records, back to back at their
+/// `prefetch_size` steps beyond those being gathered ahead of the consumer.
+/// With a MixtureSampler, `stores[i]` is a list of one store per source and
+/// the loader starts at `step`. Iterating yields
+/// `(step, indices, buffers, sources)`: the step number, its uint64 indices,
+/// per store one flat uint8 array (fixed records, back to back at their
 /// stride) or a `(bytes, lengths)` pair (variable-length records packed back
-/// to back, and their uint32 byte lengths), strictly in step order. The
+/// to back, and their uint32 byte lengths), and for a mixture each sample's
+/// int32 source (else None), strictly in step order. The
 /// wait for a batch releases the GIL and wakes every 50 ms to run signal
 /// handlers (Ctrl-C); a batch that is ready when a handler raises is kept
 /// for the next call, so an interrupted wait loses nothing. Ends
@@ -57,14 +67,16 @@ impl Loader {
 #[pymethods]
 impl Loader {
     #[new]
-    #[pyo3(signature = (stores, record_lens, sampler, num_workers = 4, prefetch_size = 4))]
+    #[pyo3(signature = (stores, record_lens, sampler, num_workers = 4, prefetch_size = 4, *,
+                        step = None))]
     fn new(
         py: Python<'_>,
-        stores: Vec<Bound<'_, Zrecord>>,
+        stores: Vec<Bound<'_, PyAny>>,
         record_lens: Vec<Option<usize>>,
-        sampler: PyRef<'_, Sampler>,
+        sampler: &Bound<'_, PyAny>,
         num_workers: usize,
         prefetch_size: usize,
+        step: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         if stores.len() != record_lens.len() {
             return Err(PyValueError::new_err(format!(
@@ -76,22 +88,42 @@ impl Loader {
         let streams = stores
             .iter()
             .zip(record_lens)
-            .map(|(store, len)| {
-                let store = store.get().shared()?;
-                Ok(match len {
-                    Some(len) => Stream::new(store, len),
-                    None => Stream::ragged(store),
-                })
+            .map(|(stores, len)| {
+                // A store, or a mixture's list of them.
+                let stores = match stores.cast::<Zrecord>() {
+                    Ok(store) => vec![store.clone()],
+                    Err(_) => stores.extract::<Vec<Bound<'_, Zrecord>>>()?,
+                };
+                let stores = stores
+                    .iter()
+                    .map(|store| store.get().shared())
+                    .collect::<PyResult<Vec<_>>>()?;
+                let layout = match len {
+                    Some(len) => Layout::Fixed(len),
+                    None => Layout::Ragged,
+                };
+                Ok(Stream::mixed(stores, layout))
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let sampler = sampler.inner.clone();
         let options = LoaderOptions {
             num_workers,
             prefetch: prefetch_size,
         };
-        let inner = py
-            .detach(|| zloader::Loader::new(streams, sampler, options))
-            .map_err(error::loader)?;
+        let inner = if let Ok(mixture) = sampler.cast::<MixtureSampler>() {
+            let mixture = mixture.get().inner.clone();
+            let first: u64 = match step {
+                Some(step) => uint(step, "step", u64::MAX)?,
+                None => 0,
+            };
+            py.detach(|| zloader::Loader::mixed(streams, mixture, first, options))
+        } else {
+            let mut sampler = sampler.extract::<PyRef<'_, Sampler>>()?.inner.clone();
+            if let Some(step) = step {
+                sampler.seek(uint(step, "step", u64::MAX)?);
+            }
+            py.detach(|| zloader::Loader::new(streams, sampler, options))
+        }
+        .map_err(error::loader)?;
         Ok(Loader {
             inner,
             pending: Mutex::new(None),
@@ -138,10 +170,14 @@ impl Loader {
                 )?)?,
             }
         }
+        let sources = batch
+            .sources
+            .map(|sources| PyArray1::from_vec(py, sources.into_iter().map(|s| s as i32).collect()));
         Ok(Some((
             batch.step,
             PyArray1::from_vec(py, batch.indices),
             buffers,
+            sources,
         )))
     }
 
@@ -153,6 +189,7 @@ impl Loader {
         // delivered, and `next_step` says so.
         if let Some(batch) = &mut *self.lock_pending() {
             batch.indices = Vec::new();
+            batch.sources = None;
             batch.buffers = Vec::new();
             batch.lengths = Vec::new();
         }

@@ -11,7 +11,7 @@ use crate::error;
 
 /// Largest batch: a store never holds more records than this, and the limit
 /// keeps a mistyped batch size from asking for terabytes of indices.
-const MAX_BATCH_SIZE: usize = zrecord::MAX_RECORDS;
+pub(crate) const MAX_BATCH_SIZE: usize = zrecord::MAX_RECORDS;
 
 /// How a Sampler maps steps to indices: SEQUENTIAL (0) a sliding window over
 /// the circular index space, IID (1) independent uniform draws with
@@ -43,6 +43,15 @@ impl From<Mode> for PyMode {
             Mode::Iid => PyMode::IID,
             Mode::Shuffle => PyMode::SHUFFLE,
         }
+    }
+}
+
+/// The name of a mode in `Sampler.Mode`.
+pub(crate) fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Sequential => "SEQUENTIAL",
+        Mode::Iid => "IID",
+        Mode::Shuffle => "SHUFFLE",
     }
 }
 
@@ -256,11 +265,7 @@ impl Sampler {
     }
 
     fn __repr__(&self) -> String {
-        let mode = match self.inner.mode() {
-            Mode::Sequential => "SEQUENTIAL",
-            Mode::Iid => "IID",
-            Mode::Shuffle => "SHUFFLE",
-        };
+        let mode = mode_name(self.inner.mode());
         let shard = match (self.inner.shard_index(), self.inner.shard_count()) {
             (_, 1) => String::new(),
             (index, count) => format!(", shard=({index}, {count})"),

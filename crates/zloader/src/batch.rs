@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use zrecord::{BatchBuffer, Recycler};
-use zsampler::Sampler;
+
+use crate::picker::Picker;
 
 use crate::error::{LoaderError, Result};
 use crate::stream::{Layout, Stream};
@@ -14,8 +15,11 @@ pub struct Batch {
     /// The sampler step this batch belongs to.
     pub step: u64,
     /// The sampler's indices for the step (this shard's part of them), in
-    /// batch order.
+    /// batch order; for a mixture, each in its source.
     pub indices: Vec<u64>,
+    /// For a mixture, each sample's source (the store of each stream it was
+    /// read from); `None` otherwise.
+    pub sources: Option<Vec<u32>>,
     /// How many of `indices` lead the batch as samples of the pass: all of
     /// them, except in the padded last step of a finite pass, whose other
     /// indices repeat its last sample
@@ -31,12 +35,12 @@ pub struct Batch {
     pub lengths: Vec<Option<Vec<u32>>>,
 }
 
-/// What the workers share: the streams to read, the sampler that says
-/// what to read, and the recycler of their batch memory. Immutable, so
+/// What the workers share: the streams to read, the sampler or mixture that
+/// says what to read, and the recycler of their batch memory. Immutable, so
 /// workers need no lock to use it.
 pub(crate) struct Work {
     pub(crate) streams: Vec<Stream>,
-    pub(crate) sampler: Sampler,
+    pub(crate) picker: Picker,
     /// Memory of fixed-size batches; ragged ones, whose size varies from
     /// step to step, use the shared recycler.
     pub(crate) recycler: Arc<Recycler>,
@@ -45,7 +49,10 @@ pub(crate) struct Work {
 impl Work {
     /// Gathers step `step` of every stream into batch buffers.
     pub(crate) fn gather(self: &Arc<Self>, step: u64) -> Result<Batch> {
-        let indices = self.sampler.batch(step);
+        let (indices, sources) = self.picker.pick(step);
+        let parts = sources
+            .as_deref()
+            .map(|s| by_source(s, &indices, self.picker.sources()));
         let mut buffers = Vec::with_capacity(self.streams.len());
         let mut lengths = Vec::with_capacity(self.streams.len());
         for (stream_index, stream) in self.streams.iter().enumerate() {
@@ -54,20 +61,48 @@ impl Work {
                 stream: stream_index,
                 source,
             };
+            // A mixture's stores, each with its slots and indices.
+            let mixed = parts.as_ref().map(|parts| {
+                stream
+                    .stores
+                    .iter()
+                    .zip(parts)
+                    .filter(|(_, (slots, _))| !slots.is_empty())
+            });
             match stream.layout {
                 Layout::Fixed(record_len) => {
                     let len = indices.len() * record_len;
                     let mut buffer = BatchBuffer::new_in(&self.recycler, len)
                         .ok_or(LoaderError::OutOfMemory { step, bytes: len })?;
-                    stream
-                        .store
-                        .gather_exact(&indices, &mut buffer, record_len)
-                        .map_err(gather_error)?;
+                    match mixed {
+                        None => stream.stores[0]
+                            .gather_exact(&indices, &mut buffer, record_len)
+                            .map_err(gather_error)?,
+                        Some(mixed) => {
+                            for (store, (slots, part)) in mixed {
+                                store
+                                    .gather_exact_at(part, &mut buffer, record_len, slots)
+                                    .map_err(gather_error)?;
+                            }
+                        }
+                    }
                     buffers.push(buffer);
                     lengths.push(None);
                 }
                 Layout::Ragged => {
-                    let record_lengths = stream.store.lengths(&indices).map_err(gather_error)?;
+                    let record_lengths = match mixed.clone() {
+                        None => stream.stores[0].lengths(&indices).map_err(gather_error)?,
+                        Some(mixed) => {
+                            let mut all = vec![0u32; indices.len()];
+                            for (store, (slots, part)) in mixed {
+                                let found = store.lengths(part).map_err(gather_error)?;
+                                for (&slot, len) in slots.iter().zip(found) {
+                                    all[slot] = len;
+                                }
+                            }
+                            all
+                        }
+                    };
                     let mut offsets = Vec::with_capacity(record_lengths.len());
                     let mut total = 0u64;
                     for &len in &record_lengths {
@@ -78,10 +113,19 @@ impl Work {
                     let bytes = total as usize;
                     let mut buffer =
                         BatchBuffer::new(bytes).ok_or(LoaderError::OutOfMemory { step, bytes })?;
-                    stream
-                        .store
-                        .gather_ragged(&indices, &mut buffer, &offsets)
-                        .map_err(gather_error)?;
+                    match mixed {
+                        None => stream.stores[0]
+                            .gather_ragged(&indices, &mut buffer, &offsets)
+                            .map_err(gather_error)?,
+                        Some(mixed) => {
+                            for (store, (slots, part)) in mixed {
+                                let at: Vec<u64> = slots.iter().map(|&s| offsets[s]).collect();
+                                store
+                                    .gather_ragged(part, &mut buffer, &at)
+                                    .map_err(gather_error)?;
+                            }
+                        }
+                    }
                     buffers.push(buffer);
                     lengths.push(Some(record_lengths));
                 }
@@ -89,10 +133,23 @@ impl Work {
         }
         Ok(Batch {
             step,
-            valid: self.sampler.valid_len(step).min(indices.len()),
+            valid: self.picker.valid_len(step).min(indices.len()),
             indices,
+            sources,
             buffers,
             lengths,
         })
     }
+}
+
+/// A mixture's batch split by source: per source, the batch slots its
+/// samples fill (increasing) and their indices in it.
+fn by_source(sources: &[u32], indices: &[u64], count: usize) -> Vec<(Vec<usize>, Vec<u64>)> {
+    let mut parts = vec![(Vec::new(), Vec::new()); count];
+    for (slot, (&source, &index)) in sources.iter().zip(indices).enumerate() {
+        let part = &mut parts[source as usize];
+        part.0.push(slot);
+        part.1.push(index);
+    }
+    parts
 }

@@ -1,6 +1,7 @@
 //! Zloader: the engine of the loaderx `DataLoader`.
 //!
-//! A [`Loader`] walks the steps of a [`zsampler::Sampler`] in order. For each
+//! A [`Loader`] walks the steps of a [`zsampler::Sampler`] (or of a
+//! [`zsampler::Mixture`] of several sources) in order. For each
 //! step it takes the sampler's batch of indices and gathers every
 //! [`Stream`] (a zrecord store of fixed-size records — the data, the labels,
 //! … — or of variable-length ones, [`Layout::Ragged`]) into
@@ -34,6 +35,7 @@
 mod batch;
 mod error;
 mod loader;
+mod picker;
 mod schedule;
 mod stream;
 

@@ -6,10 +6,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use zrecord::{BatchBuffer, Recycler};
-use zsampler::Sampler;
+use zsampler::{Mixture, Sampler};
 
 use crate::batch::{Batch, Work};
 use crate::error::{LoaderError, Result};
+use crate::picker::Picker;
 use crate::schedule::{Schedule, Taken};
 use crate::stream::{Layout, Stream};
 
@@ -59,8 +60,30 @@ pub struct Loader {
 
 impl Loader {
     /// Starts `options.num_workers` threads (at most one per core)
-    /// gathering `streams` at the sampler's steps.
+    /// gathering `streams` at the sampler's steps, from its current step on.
     pub fn new(streams: Vec<Stream>, sampler: Sampler, options: LoaderOptions) -> Result<Loader> {
+        let first = sampler.step();
+        Loader::start(streams, sampler.into(), first, options)
+    }
+
+    /// [`Loader::new`] over a mixture, from step `first`: every stream
+    /// holds one store per source, in the mixture's source order, and the
+    /// batches say each sample's source ([`Batch::sources`]).
+    pub fn mixed(
+        streams: Vec<Stream>,
+        mixture: Mixture,
+        first: u64,
+        options: LoaderOptions,
+    ) -> Result<Loader> {
+        Loader::start(streams, mixture.into(), first, options)
+    }
+
+    fn start(
+        streams: Vec<Stream>,
+        picker: Picker,
+        first: u64,
+        options: LoaderOptions,
+    ) -> Result<Loader> {
         if streams.is_empty() {
             return Err(LoaderError::InvalidArgument(
                 "a loader needs at least one stream".into(),
@@ -76,20 +99,30 @@ impl Loader {
                 "prefetch must be at least 1".into(),
             ));
         }
+        let lengths = picker.lengths();
         for (stream, s) in streams.iter().enumerate() {
-            if (s.store.len() as u64) < sampler.length() {
-                return Err(LoaderError::StreamTooShort {
-                    stream,
-                    len: s.store.len(),
-                    length: sampler.length(),
-                });
+            if s.stores.len() != lengths.len() {
+                return Err(LoaderError::InvalidArgument(format!(
+                    "stream {stream} has {} stores for {} sources",
+                    s.stores.len(),
+                    lengths.len()
+                )));
+            }
+            for (store, &length) in s.stores.iter().zip(&lengths) {
+                if (store.len() as u64) < length {
+                    return Err(LoaderError::StreamTooShort {
+                        stream,
+                        len: store.len(),
+                        length,
+                    });
+                }
             }
             if let Layout::Fixed(record_len) = s.layout {
-                let bytes = record_len.checked_mul(sampler.local_batch_size());
+                let bytes = record_len.checked_mul(picker.local_batch_size());
                 if bytes.is_none_or(|b| b > isize::MAX as usize) {
                     return Err(LoaderError::InvalidArgument(format!(
                         "stream {stream}: a batch of {} records of {record_len} bytes is too large",
-                        sampler.local_batch_size(),
+                        picker.local_batch_size(),
                     )));
                 }
             }
@@ -105,11 +138,11 @@ impl Loader {
         // for the shard crew to split their batches across.
         let alone = workers >= cores;
         let ahead = options.prefetch.saturating_add(workers);
-        let recycler = recycler_for(&streams, &sampler, ahead);
-        let schedule = Arc::new(Schedule::new(sampler.step(), ahead as u64, sampler.steps()));
+        let recycler = recycler_for(&streams, picker.local_batch_size(), ahead);
+        let schedule = Arc::new(Schedule::new(first, ahead as u64, picker.steps()));
         let work = Arc::new(Work {
             streams,
-            sampler,
+            picker,
             recycler: recycler.clone(),
         });
         let loader = Loader {
@@ -229,14 +262,12 @@ impl Drop for Loader {
 /// stream's batches as can be alive at once (the `ahead` steps in flight or
 /// finished and two with the consumer: the bound of the loader's memory),
 /// so that after the first few steps no batch needs fresh memory.
-fn recycler_for(streams: &[Stream], sampler: &Sampler, ahead: usize) -> Arc<Recycler> {
+fn recycler_for(streams: &[Stream], batch: usize, ahead: usize) -> Arc<Recycler> {
     let alive = ahead.saturating_add(2);
     let bytes = streams
         .iter()
         .filter_map(|s| match s.layout {
-            Layout::Fixed(record_len) => {
-                BatchBuffer::capacity_for(record_len * sampler.local_batch_size())
-            }
+            Layout::Fixed(record_len) => BatchBuffer::capacity_for(record_len * batch),
             Layout::Ragged => None,
         })
         .fold(0usize, usize::saturating_add);
@@ -262,7 +293,7 @@ mod tests {
     use super::*;
     use std::time::Instant;
     use zrecord::{AppendOptions, Store};
-    use zsampler::{LastBatch, Mode};
+    use zsampler::{LastBatch, MixtureSource, Mode, Proportions};
 
     fn store_of(dir: &std::path::Path, n: usize, len: usize) -> Arc<Store> {
         let store = Store::open(dir.join("data.zr")).unwrap();
@@ -380,6 +411,57 @@ mod tests {
                 Err(LoaderError::PassEnded { steps: 3 })
             ));
             assert_eq!(loader.next_step(), 3);
+        }
+    }
+
+    /// A mixture's batch holds, in every slot, the record of that sample's
+    /// index in that sample's source, for fixed and ragged streams.
+    #[test]
+    fn a_mixture_reads_each_sample_from_its_own_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut fixed = Vec::new();
+        let mut ragged = Vec::new();
+        for (j, n) in [(0u8, 7usize), (1, 50), (2, 3)] {
+            let store = Store::open(dir.path().join(format!("fixed{j}.zr"))).unwrap();
+            let records: Vec<u8> = (0..n).flat_map(|i| [j, i as u8]).collect();
+            store
+                .append_fixed(&records, n, 2, &AppendOptions::default())
+                .unwrap();
+            fixed.push(Arc::new(store));
+            let store = Store::open(dir.path().join(format!("ragged{j}.zr"))).unwrap();
+            let items: Vec<Vec<u8>> = (0..n).map(|i| vec![j; i % 4]).collect();
+            let slices: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+            store.append(&slices, &AppendOptions::default()).unwrap();
+            ragged.push(Arc::new(store));
+        }
+        let sources: Vec<_> = [7, 50, 3]
+            .iter()
+            .map(|&length| MixtureSource {
+                length,
+                mode: Mode::Shuffle,
+            })
+            .collect();
+        let mixture =
+            zsampler::Mixture::new(&sources, &[0.5, 0.3, 0.2], 16, 5, Proportions::Drawn).unwrap();
+        let streams = vec![
+            Stream::mixed(fixed, Layout::Fixed(2)),
+            Stream::mixed(ragged, Layout::Ragged),
+        ];
+        let loader = Loader::mixed(streams, mixture.clone(), 3, LoaderOptions::default()).unwrap();
+        for step in 3..20 {
+            let batch = loader.next().unwrap();
+            let want = mixture.batch(step);
+            assert_eq!(batch.sources.as_deref(), Some(&want.sources[..]));
+            assert_eq!(batch.indices, want.indices);
+            let lengths = batch.lengths[1].as_ref().unwrap();
+            let mut at = 0;
+            for (k, (&j, &i)) in want.sources.iter().zip(&want.indices).enumerate() {
+                assert_eq!(batch.buffers[0][2 * k..2 * k + 2], [j as u8, i as u8]);
+                let len = lengths[k] as usize;
+                assert_eq!(len, i as usize % 4);
+                assert!(batch.buffers[1][at..at + len].iter().all(|&b| b == j as u8));
+                at += len;
+            }
         }
     }
 }

@@ -172,6 +172,7 @@ mod tests {
             step,
             valid: 1,
             indices: vec![step],
+            sources: None,
             buffers: vec![],
             lengths: vec![],
         })

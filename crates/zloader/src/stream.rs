@@ -16,14 +16,16 @@ pub enum Layout {
     Ragged,
 }
 
-/// A store gathered at every step of a loader. All streams of a loader are
-/// indexed by the same sampler indices, so record `i` of every stream
-/// belongs to sample `i` (the data and its label).
+/// A store gathered at every step of a loader (or, for a mixture, one
+/// store per source). All streams of a loader are indexed by the same
+/// sampler indices, so record `i` of every stream belongs to sample `i`
+/// (the data and its label).
 #[derive(Clone)]
 pub struct Stream {
-    /// The store; shared, so a loader keeps it open (and free of `delete` and
-    /// `compact`, which need it exclusively) for as long as it runs.
-    pub store: Arc<Store>,
+    /// The store, or a mixture's stores in source order; shared, so a loader
+    /// keeps them open (and free of `delete` and `compact`, which need them
+    /// exclusively) for as long as it runs.
+    pub stores: Vec<Arc<Store>>,
     /// How its records are laid out in a batch buffer.
     pub layout: Layout,
 }
@@ -31,17 +33,16 @@ pub struct Stream {
 impl Stream {
     /// A stream of fixed-size records of `record_len` bytes.
     pub fn new(store: Arc<Store>, record_len: usize) -> Stream {
-        Stream {
-            store,
-            layout: Layout::Fixed(record_len),
-        }
+        Stream::mixed(vec![store], Layout::Fixed(record_len))
     }
 
     /// A stream of variable-length records.
     pub fn ragged(store: Arc<Store>) -> Stream {
-        Stream {
-            store,
-            layout: Layout::Ragged,
-        }
+        Stream::mixed(vec![store], Layout::Ragged)
+    }
+
+    /// A stream of a mixture: source `j`'s records in `stores[j]`.
+    pub fn mixed(stores: Vec<Arc<Store>>, layout: Layout) -> Stream {
+        Stream { stores, layout }
     }
 }

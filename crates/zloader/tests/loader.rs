@@ -60,8 +60,7 @@ fn batches_come_in_sampler_order_for_any_worker_count() {
                 unreachable!()
             };
             let mut direct = vec![0; batch.indices.len() * record_len];
-            stream
-                .store
+            stream.stores[0]
                 .gather(&batch.indices, &mut direct, record_len)
                 .unwrap();
             assert_eq!(buffer, &direct);
@@ -113,7 +112,7 @@ fn dropping_a_loader_releases_its_stores() {
     drop(loader);
     // Only the test's own handles are left: the workers are gone.
     for s in &streams {
-        assert_eq!(Arc::strong_count(&s.store), 1);
+        assert_eq!(Arc::strong_count(&s.stores[0]), 1);
     }
 }
 

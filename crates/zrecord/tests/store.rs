@@ -435,3 +435,31 @@ fn zstd_dict_trains_once_and_every_handle_reads_with_it() {
         Err(e) => panic!("unexpected error: {e}"),
     }
 }
+
+#[test]
+fn gather_exact_at_fills_only_its_slots_and_checks_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir, 1 << 20);
+    let recs: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 3]).collect();
+    append_all(&store, &recs, Codec::Raw);
+    let mut dst = vec![0xee; 5 * 3];
+    store
+        .gather_exact_at(&[7, 2], &mut dst, 3, &[1, 4])
+        .unwrap();
+    let mut want = vec![0xee; 15];
+    want[3..6].copy_from_slice(&[7; 3]);
+    want[12..15].copy_from_slice(&[2; 3]);
+    assert_eq!(dst, want, "slots 0, 2 and 3 untouched");
+    for slots in [[4, 1], [2, 2]] {
+        let err = store
+            .gather_exact_at(&[7, 2], &mut dst, 3, &slots)
+            .unwrap_err();
+        assert!(err.to_string().contains("slots"), "{err}");
+    }
+    let err = store.gather_exact_at(&[1], &mut dst, 4, &[0]).unwrap_err();
+    assert!(err.to_string().contains("not the 4 of a sample"), "{err}");
+    assert!(
+        store.gather_exact_at(&[1], &mut dst, 3, &[5]).is_err(),
+        "past the end"
+    );
+}

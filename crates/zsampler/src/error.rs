@@ -21,6 +21,8 @@ pub enum SamplerError {
     IidHasNoEpochs,
     /// The pass has more than `u64::MAX` steps.
     TooManySteps { epochs: u64 },
+    /// The sources or weights of a mixture do not describe one.
+    BadMixture { why: &'static str },
 }
 
 impl fmt::Display for SamplerError {
@@ -48,6 +50,7 @@ impl fmt::Display for SamplerError {
             SamplerError::TooManySteps { epochs } => {
                 write!(f, "{epochs} epochs take more than 2**64 - 1 steps")
             }
+            SamplerError::BadMixture { why } => write!(f, "a mixture {why}"),
         }
     }
 }

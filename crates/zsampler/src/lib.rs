@@ -21,6 +21,12 @@
 //! batch is short or padded ([`LastBatch`]), and every shard runs the same
 //! number of steps ([`finite_pass`]).
 //!
+//! # Mixtures
+//!
+//! A [`Mixture`] deals each step's positions to several sources by weight
+//! (exactly, or drawn), each source keeping its own order and epochs
+//! ([`mixture`]).
+//!
 //! # Shards
 //!
 //! [`Sampler::with_shard`]`(index, count)` keeps only the `index`-th of
@@ -51,6 +57,7 @@
 
 mod error;
 pub mod finite_pass;
+pub mod mixture;
 mod mode;
 mod permutation;
 mod random;
@@ -58,6 +65,7 @@ mod sampler;
 
 pub use error::SamplerError;
 pub use finite_pass::LastBatch;
+pub use mixture::{Mixture, MixtureBatch, MixtureSource, Proportions};
 pub use mode::Mode;
 pub use permutation::Permutation;
 pub use sampler::Sampler;

@@ -28,6 +28,19 @@ pub(crate) fn hash(key: u64, words: &[u64]) -> u64 {
     state
 }
 
+/// The stream of per-sample seeds.
+const SAMPLE_SEED_STREAM: u64 = 0x7365_6564_0000_0003;
+
+/// The seeds of `count` samples of `step` from position `first` of the
+/// global batch on: a hash of (seed, step, position), so a sample's seed
+/// does not depend on the shard, worker or run that produces it.
+pub(crate) fn sample_seeds(seed: u64, step: u64, first: u64, count: usize) -> Vec<u64> {
+    (first..)
+        .take(count)
+        .map(|position| hash(seed, &[SAMPLE_SEED_STREAM, step, position]))
+        .collect()
+}
+
 /// An unbiased draw from `0..n` (`n > 0`), using Lemire's multiply-shift
 /// reduction with rejection.
 ///

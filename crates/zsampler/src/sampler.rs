@@ -2,14 +2,12 @@ use crate::error::SamplerError;
 use crate::finite_pass::{FinitePass, LastBatch};
 use crate::mode::Mode;
 use crate::permutation::Permutation;
-use crate::random::{hash, uniform_below};
+use crate::random::{hash, sample_seeds, uniform_below};
 
 /// Domain-separation tags, so that the Iid and Shuffle streams of one seed
 /// are unrelated to each other.
 const IID_STREAM: u64 = 0x6969_6400_0000_0001;
 const SHUFFLE_STREAM: u64 = 0x7368_7566_0000_0002;
-/// The stream of per-sample seeds ([`Sampler::sample_seeds`]).
-const SAMPLE_SEED_STREAM: u64 = 0x7365_6564_0000_0003;
 
 /// Endless, step-based index generator over the index space `0..length`.
 ///
@@ -264,10 +262,7 @@ impl Sampler {
     pub fn sample_seeds(&self, step: u64) -> Vec<u64> {
         let (start, _) = self.span(step);
         let first = (start - u128::from(step) * self.batch_size as u128) as u64;
-        (first..)
-            .take(self.batch_len(step))
-            .map(|position| hash(self.seed, &[SAMPLE_SEED_STREAM, step, position]))
-            .collect()
+        sample_seeds(self.seed, step, first, self.batch_len(step))
     }
 
     /// This shard's positions at `step`: the first, and how many.
@@ -298,12 +293,20 @@ impl Sampler {
         (position / length, (position % length) as u64)
     }
 
-    /// The index at one position (Sequential and Shuffle).
-    fn index_at(&self, position: u128) -> u64 {
+    /// The index at one position of the sampler's position stream (before
+    /// any finite pass or shard is applied).
+    pub(crate) fn index_at(&self, position: u128) -> u64 {
         let (epoch, offset) = self.epoch_offset(position);
         match self.mode {
+            Mode::Sequential => offset,
             Mode::Shuffle => self.epoch_permutation(epoch).apply(offset),
-            _ => offset,
+            Mode::Iid => {
+                let batch = self.batch_size as u128;
+                let (step, slot) = ((position / batch) as u64, (position % batch) as u64);
+                uniform_below(self.length, |attempt| {
+                    hash(self.seed, &[IID_STREAM, step, slot, attempt])
+                })
+            }
         }
     }
 
@@ -349,7 +352,7 @@ impl Sampler {
 
     /// The permutation used for epoch `epoch`: a fresh, independent order
     /// each epoch, derived only from (seed, epoch).
-    fn epoch_permutation(&self, epoch: u128) -> Permutation {
+    pub(crate) fn epoch_permutation(&self, epoch: u128) -> Permutation {
         let key = hash(
             self.seed,
             &[SHUFFLE_STREAM, epoch as u64, (epoch >> 64) as u64],

@@ -185,6 +185,39 @@ impl Store {
     /// its logical length long. The ranges may come in any order but must
     /// not overlap.
     pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
+        self.gather_at(idxs, dst, offsets, None)
+    }
+
+    /// [`Store::gather_exact`] into chosen slots of `dst`: record `k` at byte
+    /// `slots[k] * stride`, the slots strictly increasing. A batch whose
+    /// records come from several stores (a mixture's) is gathered by one
+    /// call per store, each filling its own slots.
+    pub fn gather_exact_at(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        stride: usize,
+        slots: &[usize],
+    ) -> Result<()> {
+        if !slots.windows(2).all(|w| w[0] < w[1]) {
+            return Err(self.invalid("the slots of a gather must increase"));
+        }
+        let offsets: Vec<u64> = slots
+            .iter()
+            .map(|&slot| (slot as u64).saturating_mul(stride as u64))
+            .collect();
+        self.gather_at(idxs, dst, &offsets, Some(stride as u64))
+    }
+
+    /// Record `k` at `dst[offsets[k]..]`; with `exact`, every record must be
+    /// that many bytes long.
+    fn gather_at(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+        exact: Option<u64>,
+    ) -> Result<()> {
         if idxs.len() != offsets.len() {
             return Err(self.invalid(format!(
                 "{} indices but {} offsets",
@@ -203,6 +236,13 @@ impl Store {
         let mut prev_end = 0u64;
         for (k, loc) in locs.iter().enumerate() {
             let logic = loc.logic_length as u64;
+            if exact.is_some_and(|len| len != logic) {
+                return Err(self.invalid(format!(
+                    "record {} is {logic} bytes, not the {} of a sample",
+                    idxs[k],
+                    exact.unwrap_or(0)
+                )));
+            }
             let end = offsets[k].checked_add(logic);
             if end.is_none_or(|end| end > dst.len() as u64) {
                 return Err(self.too_small(idxs[k], end.unwrap_or(u64::MAX), dst.len() as u64));
