@@ -4,9 +4,12 @@
 #   bash bench/run.sh            # full run (~20 min on 2 cores); writes docs/benchmarks.{md,png}
 #   bash bench/run.sh --quick    # smoke test (~3 min): small N, 1 s timings; writes bench/out/ only
 #   bash bench/run.sh convert    # only the conversion benchmark (bench/convert.sh)
+#   bash bench/run.sh training   # only the training-feature benchmark (bench/training_bench.py)
 #
 # A full run and --quick end with the conversion benchmark (bench/convert.sh:
-# docs/benchmarks-convert.{md,png}, or bench/out/ for --quick).
+# docs/benchmarks-convert.{md,png}, or bench/out/ for --quick) and the
+# training-feature one (mixtures, finite passes and packing against the
+# plain loader and Grain: docs/benchmarks-training.md, or bench/out/).
 #
 # Other flags go to bench/harness.py (see `bench/.venv/bin/python bench/harness.py --help`),
 # e.g. --systems ours,numpy_ram --workloads A --repeats 5.
@@ -26,6 +29,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ "${1:-}" = convert ]; then
     shift
     exec bash bench/convert.sh "$@"
+fi
+TRAINING=
+if [ "${1:-}" = training ]; then
+    shift
+    TRAINING=1
 fi
 ROOT=$PWD
 VENV="$ROOT/bench/.venv"
@@ -106,11 +114,20 @@ fi
 ( IFS=,; echo "{${status[*]}}" ) > "$INSTALL_JSON"
 
 # 4. Run. The harness itself only orchestrates: every system runs in its own subprocess.
+if [ -n "$TRAINING" ]; then
+    bash scripts/fashion-mnist.sh
+    exec "$VPY" bench/training_bench.py "$@"
+fi
 "$VPY" bench/harness.py "$@"
 
-# 5. The conversion benchmark, after a full run or a quick one (not after a
-#    run of chosen workloads or systems).
+# 5. The conversion and training-feature benchmarks, after a full run or a
+#    quick one (not after a run of chosen workloads or systems).
 case "$*" in
-    "") bash bench/convert.sh ;;
-    --quick) bash bench/convert.sh --quick ;;
+    "")
+        bash bench/convert.sh
+        bash scripts/fashion-mnist.sh && "$VPY" bench/training_bench.py ;;
+    --quick)
+        bash bench/convert.sh --quick
+        bash scripts/fashion-mnist.sh && "$VPY" bench/training_bench.py --seconds 0.5 \
+            --rounds 1 --samples 20000 --out bench/out/benchmarks-training-quick ;;
 esac

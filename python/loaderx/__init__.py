@@ -8,6 +8,8 @@ transparent per-record compression and an endless, step-based data loader.
   count, shardable across hosts (``shard=``); per-sample random generators
   for transforms (``sample_rngs=``, :class:`SampleRngs`).
 * :class:`Mixture` — datasets or tables mixed by weight, for the DataLoader.
+* :class:`PackedLoader` — ragged token streams packed into ``[batch,
+  length]`` rows with segment ids and positions.
 * :class:`~loaderx.ragged.RaggedDataset` — samples of one dtype with
   per-sample shapes (``loaderx.ragged``).
 * :class:`BytesDataset` — ``bytes`` or ``str`` items of any length.
@@ -43,6 +45,7 @@ from .bytes_dataset import BytesDataset
 from .dataloader import DataLoader
 from .dataset import Dataset
 from .mixture import Mixture
+from .packing import PackedLoader
 from .ragged import RaggedDataset
 from .sample_rngs import SampleRngs
 from .table import Table
@@ -53,6 +56,7 @@ __all__ = [
     "Dataset",
     "DataLoader",
     "Mixture",
+    "PackedLoader",
     "RaggedDataset",
     "BytesDataset",
     "Table",

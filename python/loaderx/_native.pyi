@@ -224,6 +224,13 @@ class MixtureSampler:
     def counts(self, positions: int) -> list[int]: ...
     def __repr__(self) -> str: ...
 
+def pack(
+    lengths: npt.NDArray[np.uint32],
+    row_length: int,
+    method: Literal["first-fit", "best-fit"] = "first-fit",
+    long: Literal["split", "drop"] = "split",
+) -> dict[str, Any]: ...
+
 @final
 class Loader:
     """Gathers batches of several stores in lockstep on worker threads."""

@@ -9,6 +9,7 @@ mod convert;
 mod error;
 mod loader;
 mod mixture;
+mod packing;
 mod sampler;
 mod zrecord;
 
@@ -24,6 +25,8 @@ mod _native {
     use crate::loader::Loader;
     #[pymodule_export]
     use crate::mixture::MixtureSampler;
+    #[pymodule_export]
+    use crate::packing::pack;
     #[pymodule_export]
     use crate::sampler::Sampler;
     #[pymodule_export]

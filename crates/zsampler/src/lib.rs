@@ -27,6 +27,11 @@
 //! (exactly, or drawn), each source keeping its own order and epochs
 //! ([`mixture`]).
 //!
+//! # Packing
+//!
+//! [`pack`] places a window of variable-length samples into rows of a fixed
+//! length, first-fit or best-fit ([`packing`]).
+//!
 //! # Shards
 //!
 //! [`Sampler::with_shard`]`(index, count)` keeps only the `index`-th of
@@ -59,6 +64,7 @@ mod error;
 pub mod finite_pass;
 pub mod mixture;
 mod mode;
+pub mod packing;
 mod permutation;
 mod random;
 mod sampler;
@@ -67,5 +73,6 @@ pub use error::SamplerError;
 pub use finite_pass::LastBatch;
 pub use mixture::{Mixture, MixtureBatch, MixtureSource, Proportions};
 pub use mode::Mode;
+pub use packing::{pack, LongSamples, PackMethod, Packed, Piece};
 pub use permutation::Permutation;
 pub use sampler::Sampler;

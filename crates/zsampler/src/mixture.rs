@@ -23,12 +23,16 @@
 use crate::error::SamplerError;
 use crate::mode::Mode;
 use crate::permutation::Permutation;
-use crate::random::{hash, sample_seeds};
+use crate::random::{div_rem, hash, sample_seeds};
 use crate::sampler::Sampler;
 
 /// Positions per window of [`Proportions::Drawn`]: a power of two, far
 /// above any batch, so a batch's counts are a draw from the window's.
 pub const DRAW_WINDOW: u64 = 1 << 20;
+
+/// The largest weight total whose placements are tabulated
+/// ([`Mixture`]'s `period`): 64 Ki entries, 512 KiB.
+const PERIOD_TABLE_MAX: u64 = 1 << 16;
 
 /// Domain-separation tags of the mixture's random streams.
 const SOURCE_SEED_STREAM: u64 = 0x6d69_7873_0000_0004;
@@ -80,6 +84,11 @@ pub struct Mixture {
     weights: Vec<u64>,
     nodes: Vec<Node>,
     root: Child,
+    /// The tree's placements of positions `0..W` (`W` the weights' total,
+    /// when small): (source, positions it got before). Position `p` is
+    /// then `period[p % W]` plus `p / W` whole periods, each of which gives
+    /// source `j` exactly `weights[j]` positions.
+    period: Vec<(u32, u32)>,
     proportions: Proportions,
     batch_size: usize,
     seed: u64,
@@ -138,17 +147,28 @@ impl Mixture {
             .collect::<Result<Vec<_>, _>>()?;
         let mut nodes = Vec::new();
         let root = build(&weights, 0, weights.len(), &mut nodes);
-        Ok(Mixture {
+        let mut mixture = Mixture {
             orders,
             weights,
             nodes,
             root,
+            period: Vec::new(),
             proportions,
             batch_size,
             seed,
             shard_index: 0,
             shard_count: 1,
-        })
+        };
+        let total: u64 = mixture.weights.iter().sum();
+        if total <= PERIOD_TABLE_MAX {
+            mixture.period = (0..u128::from(total))
+                .map(|p| {
+                    let (source, before) = mixture.descend(p);
+                    (source as u32, before as u32)
+                })
+                .collect();
+        }
+        Ok(mixture)
     }
 
     /// This mixture restricted to shard `index` of `count`, as
@@ -221,8 +241,28 @@ impl Mixture {
         };
         let mut cache = OrderCache::new(self.orders.len());
         let mut window = None;
+        // Exact proportions with a period table: the place in the period
+        // steps along with the position.
+        let (mut periods, mut at) = match self.proportions {
+            Proportions::Exact if !self.period.is_empty() => {
+                div_rem(first, self.period.len() as u128)
+            }
+            _ => (0, 0),
+        };
+        let stepped = self.proportions == Proportions::Exact && !self.period.is_empty();
         for position in first..first + local as u128 {
-            let (source, n) = self.place(self.drawn(position, &mut window));
+            let (source, n) = if stepped {
+                let (source, before) = self.period[at as usize];
+                let source = source as usize;
+                let n = periods * u128::from(self.weights[source]) + u128::from(before);
+                at += 1;
+                if at == self.period.len() as u128 {
+                    (periods, at) = (periods + 1, 0);
+                }
+                (source, n)
+            } else {
+                self.place(self.drawn(position, &mut window))
+            };
             out.sources.push(source as u32);
             out.indices
                 .push(cache.index(source, &self.orders[source], n));
@@ -280,15 +320,35 @@ impl Mixture {
     /// The source of tree position `position` and the positions that
     /// source got before it.
     fn place(&self, position: u128) -> (usize, u128) {
+        if self.period.is_empty() {
+            return self.descend(position);
+        }
+        let total = self.period.len() as u128;
+        let (periods, at) = match u64::try_from(position) {
+            Ok(p) => ((p / total as u64) as u128, (p % total as u64) as usize),
+            Err(_) => (position / total, (position % total) as usize),
+        };
+        let (source, before) = self.period[at];
+        let source = source as usize;
+        (
+            source,
+            periods * u128::from(self.weights[source]) + u128::from(before),
+        )
+    }
+
+    /// [`Mixture::place`] by walking down the tree.
+    fn descend(&self, position: u128) -> (usize, u128) {
         let (mut child, mut t) = (self.root, position);
         loop {
             match child {
                 Child::Source(j) => return (j, t),
                 Child::Node(i) => {
                     let node = &self.nodes[i];
-                    let before = t * node.left_weight / node.weight;
-                    let after = (t + 1) * node.left_weight / node.weight;
-                    (child, t) = if after > before {
+                    // before = floor(t * l / w); the position goes left when
+                    // floor((t + 1) * l / w) is one more, that is when the
+                    // remainder plus l reaches w (l < w).
+                    let (before, rest) = div_rem(t * node.left_weight, node.weight);
+                    (child, t) = if rest + node.left_weight >= node.weight {
                         (node.left, before)
                     } else {
                         (node.right, t - before)
@@ -353,31 +413,107 @@ fn build(weights: &[u64], from: usize, to: usize, nodes: &mut Vec<Node>) -> Chil
 /// a source mostly fall in one epoch, whose permutation is then built once
 /// per batch rather than once per sample.
 struct OrderCache {
-    last: Vec<Option<(u128, Permutation)>>,
+    last: Vec<Option<Walk>>,
+}
+
+/// Where a source's last position fell: the next position, its epoch and
+/// offset, and (shuffled) the epoch's permutation.
+struct Walk {
+    next: u128,
+    epoch: u128,
+    offset: u64,
+    permutation: Option<Permutation>,
 }
 
 impl OrderCache {
     fn new(sources: usize) -> OrderCache {
         OrderCache {
-            last: vec![None; sources],
+            last: (0..sources).map(|_| None).collect(),
         }
     }
 
-    /// Position `n` of source `j`, whose order is `order`.
+    /// Position `n` of source `j`, whose order is `order`. A source's
+    /// positions in a batch mostly follow each other: the next one steps
+    /// the last one's offset instead of dividing again.
     fn index(&mut self, j: usize, order: &Sampler, n: u128) -> u64 {
-        if order.mode() != Mode::Shuffle {
+        if order.mode() == Mode::Iid {
             return order.index_at(n);
         }
-        let length = u128::from(order.length());
-        let (epoch, offset) = (n / length, (n % length) as u64);
-        match &mut self.last[j] {
-            Some((e, permutation)) if *e == epoch => permutation.apply(offset),
-            entry => {
-                let permutation = order.epoch_permutation(epoch);
-                let index = permutation.apply(offset);
-                *entry = Some((epoch, permutation));
-                index
+        let length = order.length();
+        let walk = match &mut self.last[j] {
+            Some(walk) if walk.next == n => {
+                walk.offset += 1;
+                if walk.offset == length {
+                    walk.offset = 0;
+                    walk.epoch += 1;
+                    walk.permutation = walk
+                        .permutation
+                        .as_ref()
+                        .map(|_| order.epoch_permutation(walk.epoch));
+                }
+                walk
             }
+            entry => {
+                let (epoch, offset) = div_rem(n, u128::from(length));
+                let permutation = match entry {
+                    Some(Walk {
+                        epoch: e,
+                        permutation,
+                        ..
+                    }) if *e == epoch => permutation.take(),
+                    _ => None,
+                }
+                .or_else(|| {
+                    (order.mode() == Mode::Shuffle).then(|| order.epoch_permutation(epoch))
+                });
+                entry.insert(Walk {
+                    next: n,
+                    epoch,
+                    offset: offset as u64,
+                    permutation,
+                })
+            }
+        };
+        walk.next = n + 1;
+        match &walk.permutation {
+            Some(permutation) => permutation.apply(walk.offset),
+            None => walk.offset,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_period_table_places_as_the_tree_does() {
+        let sources = [MixtureSource {
+            length: 10,
+            mode: Mode::Sequential,
+        }; 5];
+        let mix = Mixture::new(
+            &sources,
+            &[0.35, 0.25, 0.2, 0.15, 0.05],
+            8,
+            0,
+            Proportions::Exact,
+        )
+        .unwrap();
+        assert_eq!(mix.weights(), [7, 5, 4, 3, 1]);
+        assert_eq!(mix.period.len(), 20);
+        let far = [u128::from(u64::MAX) - 3, 1 << 100];
+        for p in (0..200).chain(far) {
+            assert_eq!(mix.place(p), mix.descend(p), "position {p}");
+        }
+        let fine = Mixture::new(
+            &sources[..2],
+            &[1.0, 3.0f64.sqrt()],
+            8,
+            0,
+            Proportions::Exact,
+        )
+        .unwrap();
+        assert!(fine.period.is_empty(), "weights of 2^32 in all: no table");
     }
 }

@@ -28,6 +28,15 @@ pub(crate) fn hash(key: u64, words: &[u64]) -> u64 {
     state
 }
 
+/// `(a / b, a % b)`, in 64 bits where both fit: a 128-bit division is a
+/// library call, several times slower.
+pub(crate) fn div_rem(a: u128, b: u128) -> (u128, u128) {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(a), Ok(b)) => (u128::from(a / b), u128::from(a % b)),
+        _ => (a / b, a % b),
+    }
+}
+
 /// The stream of per-sample seeds.
 const SAMPLE_SEED_STREAM: u64 = 0x7365_6564_0000_0003;
 

@@ -2,7 +2,7 @@ use crate::error::SamplerError;
 use crate::finite_pass::{FinitePass, LastBatch};
 use crate::mode::Mode;
 use crate::permutation::Permutation;
-use crate::random::{hash, sample_seeds, uniform_below};
+use crate::random::{div_rem, hash, sample_seeds, uniform_below};
 
 /// Domain-separation tags, so that the Iid and Shuffle streams of one seed
 /// are unrelated to each other.
@@ -289,8 +289,8 @@ impl Sampler {
     /// `u128`, which cannot overflow:
     /// `u64::MAX * u64::MAX + u64::MAX < u128::MAX`.
     fn epoch_offset(&self, position: u128) -> (u128, u64) {
-        let length = u128::from(self.length);
-        (position / length, (position % length) as u64)
+        let (epoch, offset) = div_rem(position, u128::from(self.length));
+        (epoch, offset as u64)
     }
 
     /// The index at one position of the sampler's position stream (before
