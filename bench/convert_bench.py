@@ -28,7 +28,8 @@ and sets a raw conversion against reading the same source alone: iterating
 the converter's own reader over every row (`loaderx.sources`), which is
 what a conversion does besides writing, and copying every array (a
 memory-mapped `.npy` is otherwise never read). Files are read warm from the
-page cache (one untimed pass first).
+page cache (one untimed pass first). Every timed run starts after an `os.sync()`,
+so that the writeback of the run before does not run into it.
 """
 
 import argparse
@@ -216,6 +217,7 @@ def disk_sources(tmp, images, labels, repeats):
         for r in range(repeats):
             for how, seconds in runs.items():
                 dst = Path(tmp) / f"disk-{r}"
+                os.sync()  # no writeback of the run before runs into this one
                 t0 = time.perf_counter()
                 if how == "read":
                     read_source(path, kind)
@@ -269,6 +271,7 @@ def main():
             times, size = [], None
             for r in range(args.repeats):
                 dst = Path(tmp) / f"out-{len(results)}-{r}"
+                os.sync()  # no writeback of the run before runs into this one
                 t0 = time.perf_counter()
                 inner = run(ds, dst)
                 times.append(inner if isinstance(inner, float) else time.perf_counter() - t0)

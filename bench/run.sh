@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The loaderx benchmark harness: one command sets everything up and runs it.
 #
-#   bash bench/run.sh            # full run (~20 min on 2 cores); writes docs/benchmarks.{md,png}
+#   bash bench/run.sh            # full run (~30 min on 2 cores); writes docs/benchmarks.{md,png}
 #   bash bench/run.sh --quick    # smoke test (~3 min): small N, 1 s timings; writes bench/out/ only
 #   bash bench/run.sh convert    # only the conversion benchmark (bench/convert.sh)
 #   bash bench/run.sh training   # only the training-feature benchmark (bench/training_bench.py)

@@ -4,7 +4,8 @@
 A source module (``sources/``) reads the input and yields its rows in
 groups; each group is appended to the table as one commit (``table.py``),
 so memory stays bounded by a few groups and a conversion killed at any
-moment leaves a table of the groups that committed. A thread reads the next
+moment leaves a table of the groups that committed. Where reading takes
+CPU of its own (decompressing, decoding Parquet), a thread reads the next
 group while the current one is written, so reading and writing overlap. Run again, it checks that the
 table came from the same source with the same options and continues after
 its last committed row: no row twice, none missing.
@@ -83,7 +84,8 @@ def convert(
     name = src.name if isinstance(src, Path) else type(src).__name__
     bar = Progress(reader.rows, f"{name} -> {dst.name}", progress, initial=start)
     try:
-        for group in read_ahead(reader.groups(start, group_bytes)):
+        groups = reader.groups(start, group_bytes)
+        for group in read_ahead(groups) if reader.overlap else groups:
             Table.write(dst, group, kinds=reader.kinds, codec=codec, level=level,
                         classes=reader.classes, source=described, checksums=checksums,
                         durable=durable).close()

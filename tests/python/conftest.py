@@ -1,6 +1,9 @@
 """Shared helpers of the Python test suite."""
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -8,6 +11,20 @@ import numpy as np
 import pytest
 
 import loaderx
+
+
+def run_hosts(script, argvs, timeout=120):
+    """Runs `script` in one Python process per argument list, all at once
+    (the hosts of a job), and returns what each printed, parsed as JSON."""
+    procs = [subprocess.Popen([sys.executable, "-c", script, *map(str, argv)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for argv in argvs]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    return results
 
 
 def random_bytes(seed, n):

@@ -4,13 +4,12 @@ per-sample random draws; checked with real processes, 4 hosts, then 2,
 then 1, against an uninterrupted single-host run."""
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+from conftest import run_hosts
 from loaderx import DataLoader, Dataset
 
 N = 997  # prime: epochs end mid-batch
@@ -39,17 +38,10 @@ HOST = textwrap.dedent("""
 """ % GLOBAL)
 
 
-def run_hosts(path, count, steps, state):
-    procs = [subprocess.Popen(
-        [sys.executable, "-c", HOST, str(path), str(i), str(count), str(steps),
-         json.dumps(state) if state else "-"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(count)]
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        results.append(json.loads(out))
-    return results
+def hosts(path, count, steps, state):
+    """`count` hosts running `steps` steps from `state` (None: the start)."""
+    state = json.dumps(state) if state else "-"
+    return run_hosts(HOST, [(path, i, count, steps, state) for i in range(count)])
 
 
 def joined(results, step):
@@ -62,11 +54,11 @@ def test_4_hosts_then_2_then_1_deliver_the_uninterrupted_run(tmp_path):
     ids = Dataset.write(tmp_path / "ids", np.arange(N, dtype=np.int64), durable=False)
     ids.close()
     plan = [(4, 50), (2, 30), (1, 20)]
-    single = run_hosts(tmp_path / "ids", 1, sum(s for _, s in plan), None)[0]["batches"]
+    single = hosts(tmp_path / "ids", 1, sum(s for _, s in plan), None)[0]["batches"]
 
     state, step = None, 0
     for count, steps in plan:
-        results = run_hosts(tmp_path / "ids", count, steps, state)
+        results = hosts(tmp_path / "ids", count, steps, state)
         states = [r["state"] for r in results]
         for i, s in enumerate(states):
             assert s["step"] == step + steps and s["sampler"]["shard"] == [i, count]

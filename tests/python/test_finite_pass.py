@@ -3,14 +3,12 @@ end; a short or padded last batch; sharded so that every host runs the same
 steps and the hosts' valid samples are the dataset once; resumable in the
 middle; checked in-process and with real processes."""
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+from conftest import run_hosts
 from loaderx import BytesDataset, DataLoader, Dataset, RaggedDataset
 
 N = 101
@@ -115,14 +113,7 @@ HOST = textwrap.dedent("""
 
 @pytest.mark.parametrize("count,last", [(3, "pad"), (4, "partial"), (2, "pad")])
 def test_hosts_run_the_same_steps_and_see_the_dataset_once(ids, count, last):
-    procs = [subprocess.Popen([sys.executable, "-c", HOST, ids.path, str(i), str(count), last],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(count)]
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        results.append(json.loads(out))
+    results = run_hosts(HOST, [(ids.path, i, count, last) for i in range(count)])
     steps = -(-N // 12)
     assert [len(r) for r in results] == [steps] * count
     if last == "pad":

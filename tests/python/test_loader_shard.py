@@ -2,14 +2,12 @@
 deterministic part of each global batch, and the parts together are the
 unsharded batch; checked in-process and across real processes."""
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+from conftest import run_hosts
 from loaderx import DataLoader, Dataset, Sampler
 
 N = 1000
@@ -96,15 +94,8 @@ WORKER = textwrap.dedent("""
 def test_several_processes_see_each_sample_of_a_step_exactly_once(indexed, mode):
     tmp, ids, _ = indexed
     count, steps, start = 3, 12, 40
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(tmp / "ids"), str(i),
-                               str(count), str(mode), str(steps), str(start)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(count)]
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=60)
-        assert p.returncode == 0, err
-        results.append(json.loads(out))
+    results = run_hosts(WORKER, [(tmp / "ids", i, count, mode, steps, start)
+                                 for i in range(count)])
     sampler = Sampler(N, GLOBAL, mode, 17)
     for k in range(steps):
         union = np.concatenate([r["batches"][k] for r in results])

@@ -10,6 +10,9 @@ interrupted after ``n`` committed rows resumes by skipping them. Each has
 * ``kinds``: each stream's kind (``fixed``, ``ragged`` or ``bytes``);
 * ``classes``: class names per stream, for label streams;
 * ``describe()``: what the table's manifest records as its ``source``;
+* ``overlap``: whether reading a group takes enough CPU of its own that a
+  thread should read the next group while the current one is written (on
+  two cores, a reader that is only a memory copy slows the writes down);
 * ``groups(start, max_bytes)``: the rows from ``start`` on, in groups of
   about ``max_bytes``.
 

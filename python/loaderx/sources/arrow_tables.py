@@ -46,6 +46,9 @@ def hf_folder(path: Path) -> bool:
 
 
 class ArrowSource:
+    #: Decoding Parquet and Arrow batches takes a core of its own.
+    overlap = True
+
     """Reads record batches from `batches` (a callable giving an iterator of
     pyarrow RecordBatches), described by `schema` and, for Hugging Face
     data, its `features` (the JSON form of ``datasets.Features``)."""

@@ -65,6 +65,9 @@ def labels_beside(images: Path) -> Path | None:
 
 
 class IdxSource:
+    #: Decompressing gzip takes a core of its own.
+    overlap = True
+
     def __init__(self, path: Path) -> None:
         self.path = path
         labels = labels_beside(path)

@@ -30,6 +30,9 @@ def looks_like_image_folder(root: Path) -> bool:
 
 
 class ImageFolderSource:
+    #: Files are read, and decoded, by `workers` threads already.
+    overlap = False
+
     def __init__(self, root: Path, image_size: tuple[int, int] | None, workers: int) -> None:
         self.root = root
         self.image_size = image_size

@@ -16,6 +16,9 @@ from . import array_groups, stream_groups
 
 
 class NumpySource:
+    #: A group is a memory copy: a reading thread would only contend with the writes.
+    overlap = False
+
     def __init__(self, path: Path, kind: str) -> None:
         self.path = path
         self.kind = kind

@@ -29,6 +29,9 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 class WebDatasetSource:
+    #: Parsing tar headers in Python runs beside the writes, which release the GIL.
+    overlap = True
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.shards = sorted(path.glob("*.tar")) if path.is_dir() else [path]
