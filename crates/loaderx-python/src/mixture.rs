@@ -9,6 +9,9 @@ use crate::convert::uint;
 use crate::error;
 use crate::sampler::{mode_arg, mode_name, MAX_BATCH_SIZE};
 
+/// What `batch` returns: each sample's source, and its index in it.
+type SourcesAndIndices<'py> = (Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<u64>>);
+
 /// The index generator of a weighted mixture of sources.
 ///
 /// Source `j` has `lengths[j]` indices drawn in its own order (`modes[j]`,
@@ -140,7 +143,7 @@ impl MixtureSampler {
         &self,
         py: Python<'py>,
         step: &Bound<'py, PyAny>,
-    ) -> PyResult<(Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<u64>>)> {
+    ) -> PyResult<SourcesAndIndices<'py>> {
         let batch = self.inner.batch(uint(step, "step", u64::MAX)?);
         let sources = batch.sources.iter().map(|&s| s as i32).collect();
         Ok((
