@@ -12,6 +12,7 @@ row reached in it: a small JSON dict that resumes it exactly.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable
 
@@ -27,6 +28,9 @@ PACKED_STATE_VERSION = 1
 
 #: The two streams a packed batch adds.
 SEGMENT_IDS, POSITIONS = "segment_ids", "positions"
+
+#: How many recent batches' states a PackedLoader can still give.
+_STATES_KEPT = 64
 
 METHODS = ("first-fit", "best-fit")
 LONG = ("split", "drop")
@@ -145,6 +149,10 @@ class PackedLoader:
         n = len(dataset[names[0]])
         self._empty_limit = -(-n // (self.window * count)) + 1
         self._empty = 0
+        # Where each recent batch began, (window, row) by step: the state
+        # at a batch a consumer holds but has not used yet (loaderx.jax
+        # puts batches on device ahead of the training step).
+        self._starts: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
 
     # -- iteration --------------------------------------------------------------
 
@@ -155,6 +163,9 @@ class PackedLoader:
         """The next batch of ``batch_size // shard count`` rows."""
         if self._inner is None:
             raise StopIteration
+        self._starts[self._step] = (self._window, self._row)
+        while len(self._starts) > _STATES_KEPT:
+            self._starts.popitem(last=False)
         want = self.rows_per_batch
         parts: list[dict[str, np.ndarray]] = []
         while want:
@@ -190,13 +201,28 @@ class PackedLoader:
         state=...)`` continues with the next batch: the packing settings,
         the window being cut (the inner loader's state at it), the row
         reached in it and the batches delivered."""
-        assert self._inner is not None, "the loader is closed"
+        return self._state_at(self._step)
+
+    def _state_at(self, step: int) -> dict[str, Any]:
+        """The state at `step`: this loader's, or that of one of the last
+        batches it delivered (ValueError for others)."""
+        if self._inner is None:
+            raise ValueError("the PackedLoader is closed")
+        if step == self._step:
+            window, row = self._window, self._row
+        elif step in self._starts:
+            window, row = self._starts[step]
+        else:
+            raise ValueError(
+                f"a PackedLoader keeps the states of its last {_STATES_KEPT} batches, not of "
+                f"step {step} (it is at step {self._step})"
+            )
         return {
             "version": PACKED_STATE_VERSION,
-            "step": self._step,
+            "step": step,
             "packing": dict(self._config),
-            "windows": self._inner._state_at(self._window),
-            "row": self._row,
+            "windows": self._inner._state_at(window),
+            "row": row,
         }
 
     def _check_state(self, state: Any) -> tuple[dict[str, Any], int, int]:

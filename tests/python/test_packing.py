@@ -105,6 +105,14 @@ def test_a_packed_run_resumes_exactly(table):
         for _ in range(11):
             next(loader)
         state = json.loads(json.dumps(loader.state_dict()))
+        # The state at a batch already delivered (loaderx.jax asks for it).
+        nine = loader._state_at(9)
+        with pytest.raises(ValueError, match="last 64 batches"):
+            loader._state_at(200)
+    with PackedLoader(table, **kwargs) as loader:
+        for _ in range(9):
+            next(loader)
+        assert loader.state_dict() == nine
     assert state["step"] == 11 and state["row"] >= 0
     with PackedLoader(table, **kwargs, state=state) as loader:
         rest = [next(loader) for _ in range(14)]
