@@ -52,6 +52,8 @@ def identity(
             "weights": list(sampler.weights),
             "proportions": sampler.proportions,
         }
+        if sampler.schedule:
+            config["mixture"]["schedule"] = [[s, list(w)] for s, w in sampler.schedule]
     else:
         config.update(mode=int(sampler.mode), length=sampler.length)
         if sampler.epochs is not None:

@@ -48,6 +48,10 @@ class Mixture:
             ``ceil(log2(sources))``; ``'drawn'``: each batch's counts are a
             random draw, as if every sample picked its source by weight
             (exact over windows of 2^20 samples).
+        schedule: weights that change with the step: ``[(step, weights),
+            ...]``, steps increasing from above 0; from each step on, batches
+            follow its weights. Each source goes on where it was, and a
+            resume is still exact.
 
     Batches carry a ``source`` stream: each sample's int32 source number.
     A mixture is endless (no ``epochs=``).
@@ -60,6 +64,7 @@ class Mixture:
         *,
         modes: int | Sampler.Mode | Sequence[int | Sampler.Mode] | None = None,
         proportions: str = "exact",
+        schedule: Sequence[tuple[int, Sequence[float]]] | None = None,
     ) -> None:
         if isinstance(sources, Mapping) or not isinstance(sources, Sequence) or not sources:
             raise TypeError("sources must be a non-empty list of datasets or tables")
@@ -88,6 +93,7 @@ class Mixture:
         if proportions not in PROPORTIONS:
             raise ValueError(f"proportions must be 'exact' or 'drawn', not {proportions!r}")
         self.proportions = proportions
+        self.schedule = [(int(step), [float(w) for w in ws]) for step, ws in schedule or ()]
         self.lengths = [len(next(iter(s.values()))) for s in self.streams]
         for j, s in enumerate(self.streams):
             if len({len(ds) for ds in s.values()}) > 1:
@@ -105,7 +111,8 @@ class Mixture:
 
         modes = self.modes if self.modes is not None else [mode] * len(self.streams)
         return MixtureSampler(self.lengths, modes, self.weights, batch_size, seed,
-                              shard=shard, proportions=self.proportions)
+                              shard=shard, proportions=self.proportions,
+                              schedule=self.schedule)
 
     def __repr__(self) -> str:
         return (f"Mixture({len(self.streams)} sources of {sorted(self.streams[0])}, "

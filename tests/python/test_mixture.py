@@ -143,3 +143,27 @@ def test_bad_mixtures_are_refused(tables, tmp_path):
         with pytest.raises(kind, match=says):
             make()
     floats.close()
+
+
+def test_a_schedule_changes_the_weights_at_its_steps_and_resumes_exactly(tables):
+    mix = Mixture(tables[:2], [1, 1], schedule=[(4, [3, 1]), (8, [1, 0.25])])
+    kwargs = dict(batch_size=20, mode=2, seed=2)
+    with DataLoader(mix, **kwargs) as loader:
+        batches = [next(loader) for _ in range(12)]
+    counts = [np.bincount(b["source"], minlength=2).tolist() for b in batches]
+    assert counts == [[10, 10]] * 4 + [[15, 5]] * 4 + [[16, 4]] * 4
+    for b in batches:
+        check_ids = b["id"]
+        assert np.array_equal(b["source"], check_ids // 1000)
+    with DataLoader(mix, **kwargs) as loader:
+        for _ in range(3):
+            next(loader)
+        state = json.loads(json.dumps(loader.state_dict()))
+    assert state["sampler"]["mixture"]["schedule"] == [[4, [3, 1]], [8, [4, 1]]]
+    with DataLoader(mix, **kwargs, state=state) as loader:
+        for k in range(3, 12):
+            assert np.array_equal(next(loader)["id"], batches[k]["id"]), k
+    with pytest.raises(ValueError, match="mixture"):
+        DataLoader(Mixture(tables[:2], [1, 1], schedule=[(5, [3, 1])]), **kwargs, state=state)
+    with pytest.raises(ValueError, match="increase"):
+        DataLoader(Mixture(tables[:2], [1, 1], schedule=[(0, [3, 1])]))

@@ -19,7 +19,9 @@ type SourcesAndIndices<'py> = (Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<u6
 /// sources by `weights` (only their ratios matter): with
 /// `proportions="exact"` every batch holds each source's weighted count,
 /// rounded, never drifting; with `"drawn"` the counts of a batch are a
-/// random draw (each window of 2^20 positions holds the exact ones). Every
+/// random draw (each window of 2^20 positions holds the exact ones).
+/// `schedule`, a list of `(step, weights)` with increasing steps above 0,
+/// changes the weights from those steps on. Every
 /// step is a pure function of the configuration, so `batch(step)` gives any
 /// step directly. `shard=(index, count)` keeps this process's part of each
 /// global batch, as for a Sampler.
@@ -34,10 +36,12 @@ impl MixtureSampler {
     // `seed` is checked by `uint`; the text signature shows its default.
     #[pyo3(
         signature = (lengths, modes, weights, batch_size, seed = None, *, shard = None,
-                     proportions = "exact"),
+                     proportions = "exact", schedule = None),
         text_signature = "(lengths, modes, weights, batch_size, seed=42, *, shard=None, \
-                          proportions='exact')"
+                          proportions='exact', schedule=None)"
     )]
+    // One argument per parameter of the Python signature.
+    #[allow(clippy::too_many_arguments)]
     fn new(
         lengths: Vec<u64>,
         modes: Vec<Bound<'_, PyAny>>,
@@ -46,6 +50,7 @@ impl MixtureSampler {
         seed: Option<&Bound<'_, PyAny>>,
         shard: Option<(u64, u64)>,
         proportions: &str,
+        schedule: Option<Vec<(u64, Vec<f64>)>>,
     ) -> PyResult<Self> {
         if lengths.len() != modes.len() {
             return Err(PyValueError::new_err(format!(
@@ -80,6 +85,9 @@ impl MixtureSampler {
             .collect::<PyResult<Vec<_>>>()?;
         let mut inner = zsampler::Mixture::new(&sources, &weights, batch_size, seed, proportions)
             .map_err(error::sampler)?;
+        if let Some(schedule) = schedule {
+            inner = inner.with_schedule(&schedule).map_err(error::sampler)?;
+        }
         if let Some((index, count)) = shard {
             inner = inner.with_shard(index, count).map_err(error::sampler)?;
         }
@@ -102,6 +110,12 @@ impl MixtureSampler {
     #[getter]
     fn weights(&self) -> Vec<u64> {
         self.inner.weights().to_vec()
+    }
+
+    /// The weight changes as used: (step, integer weights) for each.
+    #[getter]
+    fn schedule(&self) -> Vec<(u64, Vec<u64>)> {
+        self.inner.schedule()
     }
 
     /// 'exact' or 'drawn'.

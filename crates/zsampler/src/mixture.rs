@@ -75,12 +75,11 @@ struct Node {
     right: Child,
 }
 
-/// A weighted mixture of sources, sharded like a [`Sampler`].
+/// How positions are dealt to the sources under one set of weights: the
+/// tree of integer splits, and its placements tabulated when its period is
+/// short.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mixture {
-    /// One unsharded sampler per source, batch size 1: position `n` of
-    /// source `j` is `orders[j]`'s index at position `n`.
-    orders: Vec<Sampler>,
+struct Split {
     weights: Vec<u64>,
     nodes: Vec<Node>,
     root: Child,
@@ -89,6 +88,26 @@ pub struct Mixture {
     /// then `period[p % W]` plus `p / W` whole periods, each of which gives
     /// source `j` exactly `weights[j]` positions.
     period: Vec<(u32, u32)>,
+}
+
+/// The weights from one step on: the positions before it, and how many
+/// each source got (the counts its positions continue from).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Phase {
+    first_step: u64,
+    start: u128,
+    base: Vec<u128>,
+    split: Split,
+}
+
+/// A weighted mixture of sources, sharded like a [`Sampler`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mixture {
+    /// One unsharded sampler per source, batch size 1: position `n` of
+    /// source `j` is `orders[j]`'s index at position `n`.
+    orders: Vec<Sampler>,
+    /// The weights' phases, by first step; the first starts at step 0.
+    phases: Vec<Phase>,
     proportions: Proportions,
     batch_size: usize,
     seed: u64,
@@ -130,13 +149,7 @@ impl Mixture {
                 why: "batch size is over 2^32 - 1",
             });
         }
-        let sum: f64 = weights.iter().sum();
-        if weights.iter().any(|w| !w.is_finite() || *w <= 0.0) || !sum.is_finite() {
-            return Err(SamplerError::BadMixture {
-                why: "weights must be positive and finite",
-            });
-        }
-        let weights = integer_weights(weights, sum);
+        let split = Split::new(weights)?;
         let orders = sources
             .iter()
             .enumerate()
@@ -145,30 +158,53 @@ impl Mixture {
                 Sampler::new(s.length, 1, s.mode, seed)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut nodes = Vec::new();
-        let root = build(&weights, 0, weights.len(), &mut nodes);
-        let mut mixture = Mixture {
+        Ok(Mixture {
+            phases: vec![Phase {
+                first_step: 0,
+                start: 0,
+                base: vec![0; orders.len()],
+                split,
+            }],
             orders,
-            weights,
-            nodes,
-            root,
-            period: Vec::new(),
             proportions,
             batch_size,
             seed,
             shard_index: 0,
             shard_count: 1,
-        };
-        let total: u64 = mixture.weights.iter().sum();
-        if total <= PERIOD_TABLE_MAX {
-            mixture.period = (0..u128::from(total))
-                .map(|p| {
-                    let (source, before) = mixture.descend(p);
-                    (source as u32, before as u32)
-                })
-                .collect();
+        })
+    }
+
+    /// This mixture with weights that change: from each `(step, weights)`
+    /// of `changes` on (steps increasing, the first above 0) batches follow
+    /// those weights. Each source's positions continue where they were, so
+    /// it keeps its order and epochs across a change, and every step is
+    /// still computed directly (in O(changes) for the phase's start).
+    pub fn with_schedule(mut self, changes: &[(u64, Vec<f64>)]) -> Result<Mixture, SamplerError> {
+        self.phases.truncate(1);
+        for (step, weights) in changes {
+            let last = self.phases.last().expect("the first phase");
+            if *step <= last.first_step {
+                return Err(SamplerError::BadMixture {
+                    why: "schedule steps must increase, from above 0",
+                });
+            }
+            if weights.len() != self.orders.len() {
+                return Err(SamplerError::BadMixture {
+                    why: "needs one weight per source in every change",
+                });
+            }
+            let start = u128::from(*step) * self.batch_size as u128;
+            let before = last.split.counts(start - last.start);
+            let base = last.base.iter().zip(before).map(|(a, b)| a + b).collect();
+            let split = Split::new(weights)?;
+            self.phases.push(Phase {
+                first_step: *step,
+                start,
+                base,
+                split,
+            });
         }
-        Ok(mixture)
+        Ok(self)
     }
 
     /// This mixture restricted to shard `index` of `count`, as
@@ -213,10 +249,24 @@ impl Mixture {
         self.orders.iter().map(Sampler::mode).collect()
     }
 
-    /// The weights as used: integers in the ratios of those given
-    /// ([`Mixture::new`]).
+    /// The weights as used from step 0: integers in the ratios of those
+    /// given ([`Mixture::new`]).
     pub fn weights(&self) -> &[u64] {
-        &self.weights
+        &self.phases[0].split.weights
+    }
+
+    /// The weight changes as used: (step, integer weights) for each.
+    pub fn schedule(&self) -> Vec<(u64, Vec<u64>)> {
+        self.phases[1..]
+            .iter()
+            .map(|phase| (phase.first_step, phase.split.weights.clone()))
+            .collect()
+    }
+
+    /// The phase that holds `step`.
+    fn phase(&self, step: u64) -> (usize, &Phase) {
+        let k = self.phases.partition_point(|p| p.first_step <= step) - 1;
+        (k, &self.phases[k])
     }
 
     /// How batches hold the sources.
@@ -241,28 +291,31 @@ impl Mixture {
         };
         let mut cache = OrderCache::new(self.orders.len());
         let mut window = None;
+        // A step lies in one phase; positions count from its start.
+        let (k, phase) = self.phase(step);
+        let split = &phase.split;
+        let first = first - phase.start;
         // Exact proportions with a period table: the place in the period
         // steps along with the position.
-        let (mut periods, mut at) = match self.proportions {
-            Proportions::Exact if !self.period.is_empty() => {
-                div_rem(first, self.period.len() as u128)
-            }
-            _ => (0, 0),
+        let stepped = self.proportions == Proportions::Exact && !split.period.is_empty();
+        let (mut periods, mut at) = match stepped {
+            true => div_rem(first, split.period.len() as u128),
+            false => (0, 0),
         };
-        let stepped = self.proportions == Proportions::Exact && !self.period.is_empty();
         for position in first..first + local as u128 {
             let (source, n) = if stepped {
-                let (source, before) = self.period[at as usize];
+                let (source, before) = split.period[at as usize];
                 let source = source as usize;
-                let n = periods * u128::from(self.weights[source]) + u128::from(before);
+                let n = periods * u128::from(split.weights[source]) + u128::from(before);
                 at += 1;
-                if at == self.period.len() as u128 {
+                if at == split.period.len() as u128 {
                     (periods, at) = (periods + 1, 0);
                 }
                 (source, n)
             } else {
-                self.place(self.drawn(position, &mut window))
+                split.place(self.drawn(k, position, &mut window))
             };
+            let n = phase.base[source] + n;
             out.sources.push(source as u32);
             out.indices
                 .push(cache.index(source, &self.orders[source], n));
@@ -279,7 +332,77 @@ impl Mixture {
 
     /// How many of the first `positions` positions go to each source.
     pub fn counts(&self, positions: u128) -> Vec<u128> {
-        let mut counts = vec![0; self.orders.len()];
+        let k = self.phases.partition_point(|p| p.start <= positions) - 1;
+        let phase = &self.phases[k];
+        let counts = phase.split.counts(positions - phase.start);
+        phase.base.iter().zip(counts).map(|(a, b)| a + b).collect()
+    }
+
+    /// The place `position` (counted from phase `k`'s start) takes in the
+    /// phase's tree: itself, or for drawn proportions its place in its
+    /// window's permutation; a phase's last window ends with the phase.
+    /// (`last`: the window and permutation of the position before.)
+    fn drawn(&self, k: usize, position: u128, last: &mut Option<(u128, Permutation)>) -> u128 {
+        if self.proportions == Proportions::Exact {
+            return position;
+        }
+        let window = position / u128::from(DRAW_WINDOW);
+        let offset = (position % u128::from(DRAW_WINDOW)) as u64;
+        let permutation = match last {
+            Some((w, permutation)) if *w == window => permutation,
+            _ => {
+                let from = window * u128::from(DRAW_WINDOW);
+                let len = match self.phases.get(k + 1) {
+                    Some(next) => (next.start - self.phases[k].start - from)
+                        .min(u128::from(DRAW_WINDOW)) as u64,
+                    None => DRAW_WINDOW,
+                };
+                let mut words = vec![DRAW_STREAM, window as u64, (window >> 64) as u64];
+                if k > 0 {
+                    words.push(k as u64);
+                }
+                let key = hash(self.seed, &words);
+                &mut last.insert((window, Permutation::new(len, key))).1
+            }
+        };
+        window * u128::from(DRAW_WINDOW) + u128::from(permutation.apply(offset))
+    }
+}
+
+impl Split {
+    /// The split of positions by `weights` (positive, finite; only their
+    /// ratios matter).
+    fn new(weights: &[f64]) -> Result<Split, SamplerError> {
+        let sum: f64 = weights.iter().sum();
+        if weights.iter().any(|w| !w.is_finite() || *w <= 0.0) || !sum.is_finite() {
+            return Err(SamplerError::BadMixture {
+                why: "weights must be positive and finite",
+            });
+        }
+        let weights = integer_weights(weights, sum);
+        let mut nodes = Vec::new();
+        let root = build(&weights, 0, weights.len(), &mut nodes);
+        let mut split = Split {
+            weights,
+            nodes,
+            root,
+            period: Vec::new(),
+        };
+        let total: u64 = split.weights.iter().sum();
+        if total <= PERIOD_TABLE_MAX {
+            split.period = (0..u128::from(total))
+                .map(|p| {
+                    let (source, before) = split.descend(p);
+                    (source as u32, before as u32)
+                })
+                .collect();
+        }
+        Ok(split)
+    }
+
+    /// How many of the first `positions` positions go to each source.
+    fn counts(&self, positions: u128) -> Vec<u128> {
+        let mut counts = vec![0; self.weights.len()];
         let mut stack = vec![(self.root, positions)];
         while let Some((child, t)) = stack.pop() {
             match child {
@@ -293,28 +416,6 @@ impl Mixture {
             }
         }
         counts
-    }
-
-    /// The position `position` takes in the tree: itself, or for drawn
-    /// proportions its place in its window's permutation (`last`: the
-    /// window and permutation of the position before).
-    fn drawn(&self, position: u128, last: &mut Option<(u128, Permutation)>) -> u128 {
-        if self.proportions == Proportions::Exact {
-            return position;
-        }
-        let window = position / u128::from(DRAW_WINDOW);
-        let offset = (position % u128::from(DRAW_WINDOW)) as u64;
-        let permutation = match last {
-            Some((w, permutation)) if *w == window => permutation,
-            _ => {
-                let key = hash(
-                    self.seed,
-                    &[DRAW_STREAM, window as u64, (window >> 64) as u64],
-                );
-                &mut last.insert((window, Permutation::new(DRAW_WINDOW, key))).1
-            }
-        };
-        window * u128::from(DRAW_WINDOW) + u128::from(permutation.apply(offset))
     }
 
     /// The source of tree position `position` and the positions that
@@ -501,10 +602,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(mix.weights(), [7, 5, 4, 3, 1]);
-        assert_eq!(mix.period.len(), 20);
+        let split = &mix.phases[0].split;
+        assert_eq!(split.period.len(), 20);
         let far = [u128::from(u64::MAX) - 3, 1 << 100];
         for p in (0..200).chain(far) {
-            assert_eq!(mix.place(p), mix.descend(p), "position {p}");
+            assert_eq!(split.place(p), split.descend(p), "position {p}");
         }
         let fine = Mixture::new(
             &sources[..2],
@@ -514,6 +616,9 @@ mod tests {
             Proportions::Exact,
         )
         .unwrap();
-        assert!(fine.period.is_empty(), "weights of 2^32 in all: no table");
+        assert!(
+            fine.phases[0].split.period.is_empty(),
+            "weights of 2^32 in all: no table"
+        );
     }
 }

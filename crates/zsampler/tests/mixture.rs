@@ -264,3 +264,77 @@ fn bad_mixtures_are_refused() {
         Err(SamplerError::BatchNotDivisible { .. })
     ));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    #[test]
+    fn a_schedule_changes_the_weights_and_each_source_continues(
+        first in 1u64..20,
+        gap in 1u64..20,
+        batch in 1usize..40,
+        drawn in any::<bool>(),
+    ) {
+        let proportions = if drawn { Proportions::Drawn } else { Proportions::Exact };
+        let schedule = vec![(first, vec![1.0, 3.0]), (first + gap, vec![9.0, 1.0])];
+        let mix = Mixture::new(&sources(&[13, 1000], Mode::Sequential), &[1.0, 1.0], batch, 2,
+                               proportions)
+            .unwrap()
+            .with_schedule(&schedule)
+            .unwrap();
+        prop_assert_eq!(mix.schedule(), vec![(first, vec![1, 3]), (first + gap, vec![9, 1])]);
+        let steps = first + gap + 10;
+        let batches: Vec<_> = (0..steps).map(|s| mix.batch(s)).collect();
+        // Each source's indices run on across the changes: its own order.
+        let mut seen = [Vec::new(), Vec::new()];
+        for b in &batches {
+            for (&s, &i) in b.sources.iter().zip(&b.indices) {
+                seen[s as usize].push(i);
+            }
+        }
+        if !drawn {
+            for (j, length) in [13u64, 1000].into_iter().enumerate() {
+                let own: Vec<u64> = (0..seen[j].len() as u64).map(|n| n % length).collect();
+                prop_assert_eq!(&seen[j], &own);
+            }
+        }
+        // Every phase holds its weights' exact counts over its positions.
+        let phases = [(0, first, [1u64, 1]), (first, first + gap, [1, 3])];
+        for (from, to, weights) in phases {
+            let mut counts = [0u64; 2];
+            for b in &batches[from as usize..to as usize] {
+                for &s in &b.sources {
+                    counts[s as usize] += 1;
+                }
+            }
+            let positions = (to - from) * batch as u64;
+            let share = positions as f64 * weights[0] as f64 / (weights[0] + weights[1]) as f64;
+            prop_assert!((counts[0] as f64 - share).abs() <= 1.0, "{:?} in {}..{}", counts, from, to);
+        }
+        let total: u128 = mix.counts(u128::from(steps) * batch as u128).iter().sum();
+        prop_assert_eq!(total, u128::from(steps) * batch as u128);
+    }
+}
+
+#[test]
+fn a_schedule_must_increase_and_match_the_sources() {
+    let mix = Mixture::new(
+        &sources(&[5, 5], Mode::Shuffle),
+        &[1.0, 1.0],
+        4,
+        0,
+        Proportions::Exact,
+    )
+    .unwrap();
+    for bad in [
+        vec![(0, vec![1.0, 2.0])],
+        vec![(5, vec![1.0, 2.0]), (5, vec![2.0, 1.0])],
+        vec![(5, vec![1.0])],
+        vec![(5, vec![1.0, 0.0])],
+    ] {
+        assert!(matches!(
+            mix.clone().with_schedule(&bad),
+            Err(SamplerError::BadMixture { .. })
+        ));
+    }
+}
