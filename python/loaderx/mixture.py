@@ -16,7 +16,7 @@ from typing import Any, Union
 from ._native import Sampler
 from .bytes_dataset import BytesDataset
 from .dataset import Dataset
-from .loader_args import streams_arg
+from .loader_args import stream_lengths, streams_arg
 from .loader_streams import stream_adapters
 from .ragged import RaggedDataset
 
@@ -94,13 +94,9 @@ class Mixture:
             raise ValueError(f"proportions must be 'exact' or 'drawn', not {proportions!r}")
         self.proportions = proportions
         self.schedule = [(int(step), [float(w) for w in ws]) for step, ws in schedule or ()]
-        self.lengths = [len(next(iter(s.values()))) for s in self.streams]
-        for j, s in enumerate(self.streams):
-            if len({len(ds) for ds in s.values()}) > 1:
-                raise ValueError(
-                    f"source {j}'s streams have different lengths "
-                    f"{ {name: len(ds) for name, ds in s.items()} }"
-                )
+        # Each source's streams share a length (the loader's own check).
+        self.lengths = [next(iter(stream_lengths(s, pair=False).values()))
+                        for s in self.streams]
 
     def sampler(
         self, mode: Any, batch_size: int, seed: int, shard: tuple[int, int]

@@ -100,7 +100,7 @@ class PackedLoader:
         if not names:
             raise ValueError("no stream to pack")
         for name in names:
-            ds = dataset.get(name) if name in dataset else None
+            ds = dataset.get(name)
             if ds is None:
                 raise ValueError(f"no stream {name!r} to pack; the streams: {sorted(dataset)}")
             if not isinstance(ds, RaggedDataset) or ds.ndim != 1:

@@ -136,6 +136,8 @@ def test_bad_mixtures_are_refused(tables, tmp_path):
         (lambda: Mixture(tables, [1, 1, 1], modes=[0, 1]), ValueError, "modes"),
         (lambda: Mixture([], []), TypeError, "non-empty"),
         (lambda: Mixture([{"source": floats}], [1]), ValueError, "'source' stream"),
+        (lambda: Mixture([{"id": tables[0]["id"], "x": tables[1]["id"]}], [1]), ValueError,
+         "same length"),
         (lambda: DataLoader(Mixture(tables, [1, 0, 1])), ValueError, "positive"),
         (lambda: DataLoader(Mixture(tables, [1, 1, 1]), epochs=1), ValueError, "endless"),
     ]

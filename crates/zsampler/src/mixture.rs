@@ -304,14 +304,12 @@ impl Mixture {
         };
         for position in first..first + local as u128 {
             let (source, n) = if stepped {
-                let (source, before) = split.period[at as usize];
-                let source = source as usize;
-                let n = periods * u128::from(split.weights[source]) + u128::from(before);
+                let placed = split.tabulated(periods, at as usize);
                 at += 1;
                 if at == split.period.len() as u128 {
                     (periods, at) = (periods + 1, 0);
                 }
-                (source, n)
+                placed
             } else {
                 split.place(self.drawn(k, position, &mut window))
             };
@@ -424,11 +422,13 @@ impl Split {
         if self.period.is_empty() {
             return self.descend(position);
         }
-        let total = self.period.len() as u128;
-        let (periods, at) = match u64::try_from(position) {
-            Ok(p) => ((p / total as u64) as u128, (p % total as u64) as usize),
-            Err(_) => (position / total, (position % total) as usize),
-        };
+        let (periods, at) = div_rem(position, self.period.len() as u128);
+        self.tabulated(periods, at as usize)
+    }
+
+    /// [`Split::place`] of the position `at` places into the period after
+    /// `periods` whole periods, from the table.
+    fn tabulated(&self, periods: u128, at: usize) -> (usize, u128) {
         let (source, before) = self.period[at];
         let source = source as usize;
         (
@@ -437,7 +437,7 @@ impl Split {
         )
     }
 
-    /// [`Mixture::place`] by walking down the tree.
+    /// [`Split::place`] by walking down the tree.
     fn descend(&self, position: u128) -> (usize, u128) {
         let (mut child, mut t) = (self.root, position);
         loop {
