@@ -14,7 +14,11 @@ bench/run.sh); writes docs/benchmarks-training.{md,json}.
      cost of the shuffle itself, not of mixing: a shuffle's keyed
      permutation takes 1-4 tries per index depending on the length);
    * finite: DataLoader(..., epochs=1000): a finite pass, never ending
-     within the timing.
+     within the timing;
+   * plain + an int32 stream: the plain loader with a third stream of
+     int32 values, what a mixture's `source` stream adds to each batch
+     (the cost of a stream, mostly fixed per batch, shows on small
+     records).
 2. Packing. Real lengths: the Python standard library's source files cut
    into blocks at blank lines, one byte a token (lengths over the row
    cut to a row), rows of 1024 tokens. The padding fraction (padding
@@ -78,8 +82,20 @@ def tables(tmp):
     return {"Fashion-MNIST (784 B)": dict(fm), "A (12 KiB)": a}
 
 
-def features(table, seconds, rounds):
+def with_int32_stream(table, tmp):
+    """`table` and a third stream of int32 zeros, as long as its others."""
+    from loaderx import Dataset
+
+    n = len(table["label"])
+    extra = Dataset.write(Path(tmp) / f"int32-{n}", np.zeros(n, np.int32), codec="raw",
+                          durable=False)
+    return dict(table, int32=extra)
+
+
+def features(table, seconds, rounds, tmp):
     from loaderx import DataLoader, Mixture
+
+    three = with_int32_stream(table, tmp)
 
     common = dict(batch_size=256, mode=2, seed=1, num_workers=2)
     configs = {
@@ -88,6 +104,7 @@ def features(table, seconds, rounds):
         "mixture, drawn": lambda: DataLoader(
             Mixture([table, table], [0.5, 0.5], proportions="drawn"), **common),
         "finite pass": lambda: DataLoader(table, epochs=1000, **common),
+        "plain + an int32 stream": lambda: DataLoader(three, **common),
     }
     runs = {name: [] for name in configs}
     for _ in range(rounds):
@@ -189,7 +206,7 @@ def main():
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-training"))
     args = p.parse_args()
     with tempfile.TemporaryDirectory(dir=BENCH / "out") as tmp:
-        speeds = {name: features(t, args.seconds, args.rounds)
+        speeds = {name: features(t, args.seconds, args.rounds, tmp)
                   for name, t in tables(tmp).items()}
         lengths = real_lengths(args.samples)
         padding, packing_speed, grain_error = packing(tmp, lengths, args.seconds)
@@ -212,7 +229,9 @@ def report(r, args):
         f"{args.seconds:g} s)",
         "",
         "Raw stores, batch 256, shuffled, 2 workers, a trivial consumer. The mixture mixes "
-        "the data with itself, two sources of its length.",
+        "the data with itself, two sources of its length. The last row of each is the plain "
+        "loader with a third stream of int32 values: what the mixture's `source` stream "
+        "adds to each batch.",
         "",
         "| data | loader | samples/s | / plain (target ≥ 0.95×) |",
         "|---|---|---|---|",

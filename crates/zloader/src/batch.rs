@@ -44,24 +44,28 @@ pub(crate) struct Work {
     /// Memory of fixed-size batches; ragged ones, whose size varies from
     /// step to step, use the shared recycler.
     pub(crate) recycler: Arc<Recycler>,
+    /// Per stream, the store that reads each mixture source
+    /// ([`Stream::first_sharing`]).
+    pub(crate) store_of: Vec<Vec<usize>>,
 }
 
 impl Work {
     /// Gathers step `step` of every stream into batch buffers.
     pub(crate) fn gather(self: &Arc<Self>, step: u64) -> Result<Batch> {
         let (indices, sources) = self.picker.pick(step);
-        let parts = sources
-            .as_deref()
-            .map(|s| by_source(s, &indices, self.picker.sources()));
         let mut buffers = Vec::with_capacity(self.streams.len());
         let mut lengths = Vec::with_capacity(self.streams.len());
         for (stream_index, stream) in self.streams.iter().enumerate() {
+            let parts = sources
+                .as_deref()
+                .map(|s| by_store(s, &indices, &self.store_of[stream_index]));
             let gather_error = |source| LoaderError::Gather {
                 step,
                 stream: stream_index,
                 source,
             };
-            // A mixture's stores, each with its slots and indices.
+            // A mixture's stores, each with the slots and indices of the
+            // sources it reads.
             let mixed = parts.as_ref().map(|parts| {
                 stream
                     .stores
@@ -142,12 +146,13 @@ impl Work {
     }
 }
 
-/// A mixture's batch split by source: per source, the batch slots its
-/// samples fill (increasing) and their indices in it.
-fn by_source(sources: &[u32], indices: &[u64], count: usize) -> Vec<(Vec<usize>, Vec<u64>)> {
-    let mut parts = vec![(Vec::new(), Vec::new()); count];
+/// A mixture's batch split by store: per store of the stream (`store_of`
+/// gives each source's), the batch slots its samples fill (increasing) and
+/// their indices in it.
+fn by_store(sources: &[u32], indices: &[u64], store_of: &[usize]) -> Vec<(Vec<usize>, Vec<u64>)> {
+    let mut parts = vec![(Vec::new(), Vec::new()); store_of.len()];
     for (slot, (&source, &index)) in sources.iter().zip(indices).enumerate() {
-        let part = &mut parts[source as usize];
+        let part = &mut parts[store_of[source as usize]];
         part.0.push(slot);
         part.1.push(index);
     }

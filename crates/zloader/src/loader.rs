@@ -141,6 +141,7 @@ impl Loader {
         let recycler = recycler_for(&streams, picker.local_batch_size(), ahead);
         let schedule = Arc::new(Schedule::new(first, ahead as u64, picker.steps()));
         let work = Arc::new(Work {
+            store_of: streams.iter().map(Stream::first_sharing).collect(),
             streams,
             picker,
             recycler: recycler.clone(),
@@ -411,6 +412,44 @@ mod tests {
                 Err(LoaderError::PassEnded { steps: 3 })
             ));
             assert_eq!(loader.next_step(), 3);
+        }
+    }
+
+    /// Sources that share a store (one handle) are gathered together, and
+    /// every slot still holds its own sample's record.
+    #[test]
+    fn sources_sharing_a_store_read_their_own_samples() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = |name: &str, tag: u8, n: usize| {
+            let store = Store::open(dir.path().join(name)).unwrap();
+            let records: Vec<u8> = (0..n).flat_map(|i| [tag, i as u8]).collect();
+            store
+                .append_fixed(&records, n, 2, &AppendOptions::default())
+                .unwrap();
+            Arc::new(store)
+        };
+        let (shared, own) = (store("shared.zr", 7, 40), store("own.zr", 9, 5));
+        let stores = vec![shared.clone(), own, shared];
+        let stream = Stream::mixed(stores, Layout::Fixed(2));
+        assert_eq!(stream.first_sharing(), [0, 1, 0]);
+        let sources: Vec<_> = [40, 5, 30]
+            .iter()
+            .map(|&length| MixtureSource {
+                length,
+                mode: Mode::Shuffle,
+            })
+            .collect();
+        let mixture =
+            zsampler::Mixture::new(&sources, &[0.4, 0.2, 0.4], 20, 1, Proportions::Exact).unwrap();
+        let loader =
+            Loader::mixed(vec![stream], mixture.clone(), 0, LoaderOptions::default()).unwrap();
+        for step in 0..10 {
+            let batch = loader.next().unwrap();
+            let want = mixture.batch(step);
+            for (k, (&j, &i)) in want.sources.iter().zip(&want.indices).enumerate() {
+                let tag = if j == 1 { 9 } else { 7 };
+                assert_eq!(batch.buffers[0][2 * k..2 * k + 2], [tag, i as u8]);
+            }
         }
     }
 

@@ -48,14 +48,6 @@ impl Picker {
         }
     }
 
-    /// How many stores each stream needs: one, or one per source.
-    pub(crate) fn sources(&self) -> usize {
-        match self {
-            Picker::Sampler(_) => 1,
-            Picker::Mixture(mixture) => mixture.sources(),
-        }
-    }
-
     /// The records each stream's store `j` must hold at least.
     pub(crate) fn lengths(&self) -> Vec<u64> {
         match self {

@@ -45,4 +45,17 @@ impl Stream {
     pub fn mixed(stores: Vec<Arc<Store>>, layout: Layout) -> Stream {
         Stream { stores, layout }
     }
+
+    /// For each source, the first source whose store is the same handle:
+    /// sources that share a store are gathered by one call, which pays the
+    /// store's per-call checks once.
+    pub(crate) fn first_sharing(&self) -> Vec<usize> {
+        (0..self.stores.len())
+            .map(|j| {
+                (0..j)
+                    .find(|&i| Arc::ptr_eq(&self.stores[i], &self.stores[j]))
+                    .unwrap_or(j)
+            })
+            .collect()
+    }
 }

@@ -16,19 +16,36 @@
 //! within the tree's depth, `ceil(log2(sources))`, of its weighted share of
 //! the positions, forever: [`Proportions::Exact`] batches hold their
 //! weighted counts (two sources: rounded down or up) without drift.
-//! [`Proportions::Drawn`] first moves each position within its window of
-//! [`DRAW_WINDOW`] positions by a keyed permutation of the window: every
-//! window holds the exact counts, but a batch takes a random draw of them.
+//!
+//! [`Proportions::Drawn`] keeps those counts per window of [`DRAW_WINDOW`]
+//! positions and arranges each window at random: a binary tree halves the
+//! window down to leaves of [`DRAW_LEAF`] positions, every node deals its
+//! sources' counts to its halves by a keyed hypergeometric draw (what a
+//! uniform arrangement of the window would put there), and every leaf
+//! shuffles its own. A batch walks only the nodes over its positions, so
+//! it costs O(log window + batch), and every window holds the exact counts.
+//!
+//! Either way a source's positions within a batch are consecutive positions
+//! of that source, so each source serves its part of a batch as one run of
+//! its sampler ([`Sampler::positions_into`]), at the cost of a plain batch.
 
 use crate::error::SamplerError;
 use crate::mode::Mode;
-use crate::permutation::Permutation;
-use crate::random::{div_rem, hash, sample_seeds};
+use crate::random::{counter_word, div_rem, hash, sample_seeds, uniform_below};
 use crate::sampler::Sampler;
 
 /// Positions per window of [`Proportions::Drawn`]: a power of two, far
 /// above any batch, so a batch's counts are a draw from the window's.
 pub const DRAW_WINDOW: u64 = 1 << 20;
+
+/// The most positions a leaf of a drawn window's tree holds: a node this
+/// small shuffles its positions' sources instead of halving again.
+pub const DRAW_LEAF: u64 = 64;
+
+/// How many times a window of [`DRAW_WINDOW`] positions halves before its
+/// nodes are leaves: `log2(DRAW_WINDOW / DRAW_LEAF)`, plus one for the
+/// rounding up of odd halves in a shorter last window.
+const DRAW_DEPTH: usize = (DRAW_WINDOW / DRAW_LEAF).ilog2() as usize + 1;
 
 /// The largest weight total whose placements are tabulated
 /// ([`Mixture`]'s `period`): 64 Ki entries, 512 KiB.
@@ -83,11 +100,10 @@ struct Split {
     weights: Vec<u64>,
     nodes: Vec<Node>,
     root: Child,
-    /// The tree's placements of positions `0..W` (`W` the weights' total,
-    /// when small): (source, positions it got before). Position `p` is
-    /// then `period[p % W]` plus `p / W` whole periods, each of which gives
-    /// source `j` exactly `weights[j]` positions.
-    period: Vec<(u32, u32)>,
+    /// The tree's sources of positions `0..W` (`W` the weights' total,
+    /// when small): position `p`'s is `period[p % W]`, since every `W`
+    /// positions give source `j` exactly `weights[j]` of them.
+    period: Vec<u32>,
 }
 
 /// The weights from one step on: the positions before it, and how many
@@ -283,42 +299,43 @@ impl Mixture {
     /// that source.
     pub fn batch(&self, step: u64) -> MixtureBatch {
         let local = self.local_batch_size();
-        let first = u128::from(step) * self.batch_size as u128
-            + u128::from(self.shard_index) * local as u128;
-        let mut out = MixtureBatch {
-            sources: Vec::with_capacity(local),
-            indices: Vec::with_capacity(local),
-        };
-        let mut cache = OrderCache::new(self.orders.len());
-        let mut window = None;
         // A step lies in one phase; positions count from its start.
         let (k, phase) = self.phase(step);
-        let split = &phase.split;
-        let first = first - phase.start;
-        // Exact proportions with a period table: the place in the period
-        // steps along with the position.
-        let stepped = self.proportions == Proportions::Exact && !split.period.is_empty();
-        let (mut periods, mut at) = match stepped {
-            true => div_rem(first, split.period.len() as u128),
-            false => (0, 0),
+        let first = u128::from(step) * self.batch_size as u128
+            + u128::from(self.shard_index) * local as u128
+            - phase.start;
+        let mut sources = Vec::with_capacity(local);
+        let before = match self.proportions {
+            Proportions::Exact => phase.split.sources_into(first, local, &mut sources),
+            Proportions::Drawn => self.draw(k, first, local, Some(&mut sources)),
         };
-        for position in first..first + local as u128 {
-            let (source, n) = if stepped {
-                let placed = split.tabulated(periods, at as usize);
-                at += 1;
-                if at == split.period.len() as u128 {
-                    (periods, at) = (periods + 1, 0);
-                }
-                placed
-            } else {
-                split.place(self.drawn(k, position, &mut window))
-            };
-            let n = phase.base[source] + n;
-            out.sources.push(source as u32);
-            out.indices
-                .push(cache.index(source, &self.orders[source], n));
+        // Each source's samples in the batch are its next positions: one
+        // run of its sampler each, dealt back to the slots in order.
+        let mut taken = vec![0usize; self.orders.len()];
+        for &source in &sources {
+            taken[source as usize] += 1;
         }
-        out
+        let runs: Vec<Vec<u64>> = taken
+            .iter()
+            .enumerate()
+            .map(|(j, &count)| {
+                let mut run = vec![0; count];
+                if count > 0 {
+                    self.orders[j].positions_into(phase.base[j] + before[j], &mut run);
+                }
+                run
+            })
+            .collect();
+        let mut next = vec![0usize; self.orders.len()];
+        let indices = sources
+            .iter()
+            .map(|&source| {
+                let j = source as usize;
+                next[j] += 1;
+                runs[j][next[j] - 1]
+            })
+            .collect();
+        MixtureBatch { sources, indices }
     }
 
     /// One seed per sample of [`Mixture::batch`]`(step)`, as
@@ -332,39 +349,172 @@ impl Mixture {
     pub fn counts(&self, positions: u128) -> Vec<u128> {
         let k = self.phases.partition_point(|p| p.start <= positions) - 1;
         let phase = &self.phases[k];
-        let counts = phase.split.counts(positions - phase.start);
+        let within = positions - phase.start;
+        let counts = match self.proportions {
+            Proportions::Exact => phase.split.counts(within),
+            Proportions::Drawn => self.draw(k, within, 0, None),
+        };
         phase.base.iter().zip(counts).map(|(a, b)| a + b).collect()
     }
 
-    /// The place `position` (counted from phase `k`'s start) takes in the
-    /// phase's tree: itself, or for drawn proportions its place in its
-    /// window's permutation; a phase's last window ends with the phase.
-    /// (`last`: the window and permutation of the position before.)
-    fn drawn(&self, k: usize, position: u128, last: &mut Option<(u128, Permutation)>) -> u128 {
-        if self.proportions == Proportions::Exact {
-            return position;
-        }
-        let window = position / u128::from(DRAW_WINDOW);
-        let offset = (position % u128::from(DRAW_WINDOW)) as u64;
-        let permutation = match last {
-            Some((w, permutation)) if *w == window => permutation,
-            _ => {
-                let from = window * u128::from(DRAW_WINDOW);
-                let len = match self.phases.get(k + 1) {
-                    Some(next) => (next.start - self.phases[k].start - from)
-                        .min(u128::from(DRAW_WINDOW)) as u64,
-                    None => DRAW_WINDOW,
-                };
-                let mut words = vec![DRAW_STREAM, window as u64, (window >> 64) as u64];
-                if k > 0 {
-                    words.push(k as u64);
-                }
-                let key = hash(self.seed, &words);
-                &mut last.insert((window, Permutation::new(len, key))).1
+    /// Deals positions `first..first + count` of phase `k` (counted from
+    /// its start) under drawn proportions: pushes each one's source to
+    /// `out`, when given, and returns how many positions each source got
+    /// in the phase before `first`.
+    fn draw(
+        &self,
+        k: usize,
+        first: u128,
+        count: usize,
+        mut out: Option<&mut Vec<u32>>,
+    ) -> Vec<u128> {
+        let split = &self.phases[k].split;
+        // A phase's last window ends with the phase.
+        let phase_end = self
+            .phases
+            .get(k + 1)
+            .map_or(u128::MAX, |next| next.start - self.phases[k].start);
+        let end = first + count as u128;
+        let sources = split.weights.len();
+        let mut held = vec![0u64; sources];
+        let mut scratch = vec![0u64; 2 * sources * DRAW_DEPTH];
+        let mut before = None;
+        let mut window = first / u128::from(DRAW_WINDOW);
+        loop {
+            let from = window * u128::from(DRAW_WINDOW);
+            let to = (from + u128::from(DRAW_WINDOW)).min(phase_end);
+            let at_start = split.counts(from);
+            for ((held, at_end), at_start) in held.iter_mut().zip(split.counts(to)).zip(&at_start) {
+                // At most a window's positions.
+                *held = (at_end - at_start) as u64;
             }
-        };
-        window * u128::from(DRAW_WINDOW) + u128::from(permutation.apply(offset))
+            let mut words = vec![DRAW_STREAM, window as u64, (window >> 64) as u64];
+            if k > 0 {
+                words.push(k as u64);
+            }
+            let mut walk = Walk {
+                key: hash(self.seed, &words),
+                range: ((first.max(from) - from) as u64, (end.min(to) - from) as u64),
+                tally: before.is_none().then_some(at_start),
+                out: out.as_deref_mut(),
+            };
+            walk.node(0, (to - from) as u64, &held, &mut scratch);
+            before = before.or(walk.tally);
+            if to >= end {
+                return before.expect("the first window tallies");
+            }
+            window += 1;
+        }
     }
+}
+
+/// A walk down a drawn window's tree ([`Mixture::draw`]) over the window's
+/// positions `range`.
+struct Walk<'a> {
+    key: u64,
+    range: (u64, u64),
+    /// The counts of the positions before the range, when wanted.
+    tally: Option<Vec<u128>>,
+    /// Where the sources of the range's positions go, when wanted.
+    out: Option<&'a mut Vec<u32>>,
+}
+
+impl Walk<'_> {
+    /// Visits the node of window positions `a..b`, which holds `counts` of
+    /// each source; `scratch` (two counts per level below) holds its
+    /// children's.
+    fn node(&mut self, a: u64, b: u64, counts: &[u64], scratch: &mut [u64]) {
+        let (lo, hi) = self.range;
+        if b <= lo {
+            if let Some(tally) = &mut self.tally {
+                for (t, &c) in tally.iter_mut().zip(counts) {
+                    *t += u128::from(c);
+                }
+            }
+            return;
+        }
+        // Past the range; a node holding the empty range's start (a count
+        // of positions before it) is still visited.
+        if a >= hi && a >= lo {
+            return;
+        }
+        let key = hash(self.key, &[a, b]);
+        if b - a <= DRAW_LEAF {
+            return self.leaf(a, b, key, counts);
+        }
+        // The halves of a uniform arrangement hold hypergeometric counts:
+        // drawn source by source, each given those before it.
+        let sources = counts.len();
+        let (left, rest) = scratch.split_at_mut(sources);
+        let (right, deeper) = rest.split_at_mut(sources);
+        let (mut total, mut slots) = (b - a, (b - a) / 2);
+        for (j, &count) in counts.iter().enumerate() {
+            let taken = match j + 1 == sources {
+                true => slots,
+                false => hypergeometric(total, count, slots, counter_word(key, j as u64)),
+            };
+            (left[j], right[j]) = (taken, count - taken);
+            total -= count;
+            slots -= taken;
+        }
+        let mid = a + (b - a) / 2;
+        self.node(a, mid, left, deeper);
+        self.node(mid, b, right, deeper);
+    }
+
+    /// A leaf: its sources (`counts` of each) shuffled by `key`.
+    fn leaf(&mut self, a: u64, b: u64, key: u64, counts: &[u64]) {
+        let mut arranged = [0u32; DRAW_LEAF as usize];
+        let mut at = 0;
+        for (j, &count) in counts.iter().enumerate() {
+            arranged[at..at + count as usize].fill(j as u32);
+            at += count as usize;
+        }
+        let arranged = &mut arranged[..at];
+        // Fisher–Yates, draw `i` keyed by its place in the leaf's stream.
+        for i in (1..arranged.len()).rev() {
+            let draw = |attempt| counter_word(key, ((i as u64) << 32) | attempt);
+            arranged.swap(i, uniform_below(i as u64 + 1, draw) as usize);
+        }
+        let (lo, hi) = self.range;
+        for (position, &source) in (a..b).zip(arranged.iter()) {
+            if position < lo {
+                if let Some(tally) = &mut self.tally {
+                    tally[source as usize] += 1;
+                }
+            } else if position < hi {
+                if let Some(out) = &mut self.out {
+                    out.push(source);
+                }
+            }
+        }
+    }
+}
+
+/// A draw of how many of `marked` among `total` items a uniform choice of
+/// `chosen` of them holds (hypergeometric), from the random word `word`:
+/// its normal approximation (the deviate a sum of four uniforms), rounded
+/// and kept to the possible counts. The mean and spread are those of the
+/// true draw, and a node's counts add up exactly whatever is drawn; only
+/// `f64` arithmetic and `sqrt` are used, which IEEE 754 makes the same on
+/// every machine.
+fn hypergeometric(total: u64, marked: u64, chosen: u64, word: u64) -> u64 {
+    let low = chosen.saturating_sub(total - marked);
+    let high = marked.min(chosen);
+    if low == high {
+        return low;
+    }
+    let (n, k, m) = (total as f64, marked as f64, chosen as f64);
+    let mean = m * k / n;
+    let variance = mean * (1.0 - k / n) * (n - m) / (n - 1.0);
+    // Four uniforms of 16 bits, centred: sum - 2 has variance 1/3.
+    let sum: f64 = (0..4)
+        .map(|i| (((word >> (16 * i)) & 0xffff) as f64 + 0.5) / 65536.0)
+        .sum();
+    let deviate = (sum - 2.0) * 3f64.sqrt();
+    (mean + deviate * variance.sqrt())
+        .round()
+        .clamp(low as f64, high as f64) as u64
 }
 
 impl Split {
@@ -389,10 +539,7 @@ impl Split {
         let total: u64 = split.weights.iter().sum();
         if total <= PERIOD_TABLE_MAX {
             split.period = (0..u128::from(total))
-                .map(|p| {
-                    let (source, before) = split.descend(p);
-                    (source as u32, before as u32)
-                })
+                .map(|p| split.descend(p).0 as u32)
                 .collect();
         }
         Ok(split)
@@ -416,28 +563,28 @@ impl Split {
         counts
     }
 
-    /// The source of tree position `position` and the positions that
-    /// source got before it.
-    fn place(&self, position: u128) -> (usize, u128) {
+    /// Pushes the sources of positions `first..first + count` to `out`,
+    /// and returns how many positions each source got before `first`.
+    fn sources_into(&self, first: u128, count: usize, out: &mut Vec<u32>) -> Vec<u128> {
         if self.period.is_empty() {
-            return self.descend(position);
+            out.extend((first..first + count as u128).map(|p| self.descend(p).0 as u32));
+        } else {
+            // The place in the period steps along with the position.
+            let period = self.period.len();
+            let mut at = (first % period as u128) as usize;
+            for _ in 0..count {
+                out.push(self.period[at]);
+                at += 1;
+                if at == period {
+                    at = 0;
+                }
+            }
         }
-        let (periods, at) = div_rem(position, self.period.len() as u128);
-        self.tabulated(periods, at as usize)
+        self.counts(first)
     }
 
-    /// [`Split::place`] of the position `at` places into the period after
-    /// `periods` whole periods, from the table.
-    fn tabulated(&self, periods: u128, at: usize) -> (usize, u128) {
-        let (source, before) = self.period[at];
-        let source = source as usize;
-        (
-            source,
-            periods * u128::from(self.weights[source]) + u128::from(before),
-        )
-    }
-
-    /// [`Split::place`] by walking down the tree.
+    /// The source of tree position `position` and the positions that
+    /// source got before it, by walking down the tree.
     fn descend(&self, position: u128) -> (usize, u128) {
         let (mut child, mut t) = (self.root, position);
         loop {
@@ -510,82 +657,46 @@ fn build(weights: &[u64], from: usize, to: usize, nodes: &mut Vec<Node>) -> Chil
     Child::Node(nodes.len() - 1)
 }
 
-/// The last shuffle permutation each source used: consecutive positions of
-/// a source mostly fall in one epoch, whose permutation is then built once
-/// per batch rather than once per sample.
-struct OrderCache {
-    last: Vec<Option<Walk>>,
-}
-
-/// Where a source's last position fell: the next position, its epoch and
-/// offset, and (shuffled) the epoch's permutation.
-struct Walk {
-    next: u128,
-    epoch: u128,
-    offset: u64,
-    permutation: Option<Permutation>,
-}
-
-impl OrderCache {
-    fn new(sources: usize) -> OrderCache {
-        OrderCache {
-            last: (0..sources).map(|_| None).collect(),
-        }
-    }
-
-    /// Position `n` of source `j`, whose order is `order`. A source's
-    /// positions in a batch mostly follow each other: the next one steps
-    /// the last one's offset instead of dividing again.
-    fn index(&mut self, j: usize, order: &Sampler, n: u128) -> u64 {
-        if order.mode() == Mode::Iid {
-            return order.index_at(n);
-        }
-        let length = order.length();
-        let walk = match &mut self.last[j] {
-            Some(walk) if walk.next == n => {
-                walk.offset += 1;
-                if walk.offset == length {
-                    walk.offset = 0;
-                    walk.epoch += 1;
-                    walk.permutation = walk
-                        .permutation
-                        .as_ref()
-                        .map(|_| order.epoch_permutation(walk.epoch));
-                }
-                walk
-            }
-            entry => {
-                let (epoch, offset) = div_rem(n, u128::from(length));
-                let permutation = match entry {
-                    Some(Walk {
-                        epoch: e,
-                        permutation,
-                        ..
-                    }) if *e == epoch => permutation.take(),
-                    _ => None,
-                }
-                .or_else(|| {
-                    (order.mode() == Mode::Shuffle).then(|| order.epoch_permutation(epoch))
-                });
-                entry.insert(Walk {
-                    next: n,
-                    epoch,
-                    offset: offset as u64,
-                    permutation,
-                })
-            }
-        };
-        walk.next = n + 1;
-        match &walk.permutation {
-            Some(permutation) => permutation.apply(walk.offset),
-            None => walk.offset,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::random::counter_word;
+
+    /// The drawn splits have the mean and variance of the hypergeometric
+    /// draws they stand for, and stay within the possible counts.
+    #[test]
+    fn hypergeometric_draws_have_the_true_mean_and_spread() {
+        let cases = [
+            (128, 12, 64),
+            (128, 1, 64),
+            (127, 100, 63),
+            (1 << 20, 700_000, 1 << 19),
+        ];
+        for (total, marked, chosen) in cases {
+            let draws: Vec<f64> = (0..40_000)
+                .map(|n| hypergeometric(total, marked, chosen, counter_word(17, n)) as f64)
+                .collect();
+            let (n, k, m) = (total as f64, marked as f64, chosen as f64);
+            let mean = m * k / n;
+            let variance = mean * (1.0 - k / n) * (n - m) / (n - 1.0);
+            let got_mean = draws.iter().sum::<f64>() / draws.len() as f64;
+            let got_variance =
+                draws.iter().map(|d| (d - got_mean).powi(2)).sum::<f64>() / draws.len() as f64;
+            let low = chosen.saturating_sub(total - marked) as f64;
+            let high = marked.min(chosen) as f64;
+            assert!(draws.iter().all(|&d| (low..=high).contains(&d)));
+            // The mean's standard error is sqrt(variance / 40000), under
+            // 0.005 sd of a draw; rounding adds up to 1/12 to the variance.
+            assert!(
+                (got_mean - mean).abs() < 0.03 * variance.sqrt().max(1.0),
+                "{total} {marked} {chosen}: mean {got_mean}, not {mean}"
+            );
+            assert!(
+                (got_variance - variance).abs() < 0.1 * variance + 1.0 / 12.0,
+                "{total} {marked} {chosen}: variance {got_variance}, not {variance}"
+            );
+        }
+    }
 
     #[test]
     fn the_period_table_places_as_the_tree_does() {
@@ -606,7 +717,9 @@ mod tests {
         assert_eq!(split.period.len(), 20);
         let far = [u128::from(u64::MAX) - 3, 1 << 100];
         for p in (0..200).chain(far) {
-            assert_eq!(split.place(p), split.descend(p), "position {p}");
+            let mut out = Vec::new();
+            split.sources_into(p, 1, &mut out);
+            assert_eq!(out[0] as usize, split.descend(p).0, "position {p}");
         }
         let fine = Mixture::new(
             &sources[..2],

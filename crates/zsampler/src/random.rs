@@ -13,6 +13,12 @@ pub(crate) const fn mix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Word `n` of the stream keyed by `key`: SplitMix64's output, so one
+/// `mix64` a word, for the many draws of one keyed thing (a leaf's shuffle).
+pub(crate) fn counter_word(key: u64, n: u64) -> u64 {
+    mix64(key.wrapping_add(n.wrapping_add(1).wrapping_mul(GOLDEN)))
+}
+
 /// Keyed hash of a fixed-length tuple of words.
 ///
 /// Each word is absorbed through a full `mix64`, so for a fixed prefix the

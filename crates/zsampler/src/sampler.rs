@@ -310,6 +310,20 @@ impl Sampler {
         }
     }
 
+    /// The indices at positions `start, start + 1, ...` of the position
+    /// stream, as many as `out` holds: a batch that starts at `start`.
+    pub(crate) fn positions_into(&self, start: u128, out: &mut [u64]) {
+        match self.mode {
+            Mode::Sequential => self.sequential_into(start, out),
+            Mode::Shuffle => self.shuffle_into(start, out),
+            Mode::Iid => {
+                for (position, slot) in (start..).zip(out) {
+                    *slot = self.index_at(position);
+                }
+            }
+        }
+    }
+
     fn sequential_into(&self, start: u128, out: &mut [u64]) {
         let (_, mut index) = self.epoch_offset(start);
         for slot in out {

@@ -72,8 +72,9 @@ proptest! {
         let k = lengths.len();
         let weights: Vec<f64> = (0..k).map(|j| 1.0 + ((weights_seed >> (8 * j)) & 7) as f64).collect();
         let proportions = if drawn { Proportions::Drawn } else { Proportions::Exact };
-        // Sequential sources: source j's indices in exact mode are
-        // 0, 1, ..., length-1, 0, 1, ...: its own order, its own epochs.
+        // Sequential sources: source j's indices are 0, 1, ..., length-1,
+        // 0, 1, ...: its own order, its own epochs (drawn proportions move
+        // a source's samples between slots, never its order).
         let mix = Mixture::new(&sources(&lengths, Mode::Sequential), &weights, batch, 9,
                                proportions).unwrap();
         let mut seen: Vec<Vec<u64>> = vec![Vec::new(); k];
@@ -84,11 +85,9 @@ proptest! {
                 seen[s as usize].push(i);
             }
         }
-        if !drawn {
-            for j in 0..k {
-                let own: Vec<u64> = (0..seen[j].len() as u64).map(|n| n % lengths[j]).collect();
-                prop_assert_eq!(&seen[j], &own);
-            }
+        for j in 0..k {
+            let own: Vec<u64> = (0..seen[j].len() as u64).map(|n| n % lengths[j]).collect();
+            prop_assert_eq!(&seen[j], &own);
         }
         // Shuffled sources: every epoch of a source is all of its indices.
         let mix = Mixture::new(&sources(&lengths, Mode::Shuffle), &weights, batch, 9,
@@ -131,12 +130,75 @@ proptest! {
         prop_assert_eq!(sources, whole.sources);
         prop_assert_eq!(indices, whole.indices);
     }
+
+    #[test]
+    fn counts_are_the_sources_of_the_positions_before(
+        weights in prop::collection::vec(0.05f64..5.0, 1..6),
+        batch in 1usize..3000,
+        // Steps around the first drawn window's end, where a batch straddles
+        // two windows, and anywhere.
+        near in any::<bool>(),
+        far in 0u64..1 << 40,
+        drawn in any::<bool>(),
+    ) {
+        let proportions = if drawn { Proportions::Drawn } else { Proportions::Exact };
+        let k = weights.len();
+        let mix = Mixture::new(&sources(&vec![100; k], Mode::Shuffle), &weights, batch, 6,
+                               proportions).unwrap();
+        let window = zsampler::mixture::DRAW_WINDOW;
+        let step = if near { window / batch as u64 } else { far };
+        let position = u128::from(step) * batch as u128;
+        let before = mix.counts(position);
+        let after = mix.counts(position + batch as u128);
+        let got = per_source(&mix.batch(step), k);
+        for j in 0..k {
+            prop_assert_eq!(after[j] - before[j], got[j] as u128, "source {}", j);
+        }
+        // A position inside the batch counts its part of it.
+        let b = mix.batch(step);
+        let inside = batch / 2;
+        let mut part = before.clone();
+        for &s in &b.sources[..inside] {
+            part[s as usize] += 1;
+        }
+        prop_assert_eq!(mix.counts(position + inside as u128), part);
+    }
 }
 
 #[test]
 fn drawn_batches_vary_like_a_random_draw_but_windows_hold_the_exact_counts() {
+    // A batch the size of a leaf of the window's tree, and one that is not.
+    for batch in [64, 48] {
+        drawn_batches_vary_like_a_random_draw(batch);
+    }
     let weights = [0.7, 0.2, 0.1];
-    let batch = 64;
+    // A whole window holds the exact counts.
+    let window = zsampler::mixture::DRAW_WINDOW as usize;
+    let exact = Mixture::new(
+        &sources(&[1000, 1000, 1000], Mode::Shuffle),
+        &weights,
+        window,
+        3,
+        Proportions::Exact,
+    )
+    .unwrap();
+    let drawn_window = Mixture::new(
+        &sources(&[1000, 1000, 1000], Mode::Shuffle),
+        &weights,
+        window,
+        3,
+        Proportions::Drawn,
+    )
+    .unwrap();
+    assert_eq!(
+        per_source(&drawn_window.batch(5), 3),
+        per_source(&exact.batch(5), 3)
+    );
+}
+
+/// Chi-square of drawn batches of `batch` samples against the weights.
+fn drawn_batches_vary_like_a_random_draw(batch: usize) {
+    let weights = [0.7, 0.2, 0.1];
     let mix = Mixture::new(
         &sources(&[1000, 1000, 1000], Mode::Shuffle),
         &weights,
@@ -173,28 +235,32 @@ fn drawn_batches_vary_like_a_random_draw_but_windows_hold_the_exact_counts() {
         .map(|j| (totals[j] as f64 - n * weights[j]).powi(2) / (n * weights[j]))
         .sum();
     assert!(overall < 13.8, "overall chi-square {overall}");
-    // A whole window holds the exact counts.
-    let window = zsampler::mixture::DRAW_WINDOW as usize;
-    let exact = Mixture::new(
-        &sources(&[1000, 1000, 1000], Mode::Shuffle),
-        &weights,
-        window,
-        3,
-        Proportions::Exact,
-    )
-    .unwrap();
-    let drawn_window = Mixture::new(
-        &sources(&[1000, 1000, 1000], Mode::Shuffle),
-        &weights,
-        window,
-        3,
-        Proportions::Drawn,
-    )
-    .unwrap();
-    assert_eq!(
-        per_source(&drawn_window.batch(5), 3),
-        per_source(&exact.batch(5), 3)
-    );
+}
+
+/// Under drawn proportions every position holds a source with that
+/// source's weight as its chance, at a leaf's start or end and anywhere.
+#[test]
+fn a_drawn_position_holds_each_source_by_its_weight() {
+    let seeds = 4000;
+    for position in [0u64, 63, 64, 1000, 524_287, 524_288] {
+        let mut first = 0;
+        for seed in 0..seeds {
+            let mix = Mixture::new(
+                &sources(&[10, 10], Mode::Shuffle),
+                &[0.7, 0.3],
+                1,
+                seed,
+                Proportions::Drawn,
+            )
+            .unwrap();
+            first += usize::from(mix.batch(position).sources[0] == 0);
+        }
+        // Binomial(4000, 0.7): sd 29; 4.4 sd either way.
+        assert!(
+            (2670..=2930).contains(&first),
+            "position {position}: source 0 in {first} of {seeds} runs"
+        );
+    }
 }
 
 #[test]
@@ -292,11 +358,9 @@ proptest! {
                 seen[s as usize].push(i);
             }
         }
-        if !drawn {
-            for (j, length) in [13u64, 1000].into_iter().enumerate() {
-                let own: Vec<u64> = (0..seen[j].len() as u64).map(|n| n % length).collect();
-                prop_assert_eq!(&seen[j], &own);
-            }
+        for (j, length) in [13u64, 1000].into_iter().enumerate() {
+            let own: Vec<u64> = (0..seen[j].len() as u64).map(|n| n % length).collect();
+            prop_assert_eq!(&seen[j], &own);
         }
         // Every phase holds its weights' exact counts over its positions.
         let phases = [(0, first, [1u64, 1]), (first, first + gap, [1, 3])];
