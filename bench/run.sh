@@ -55,10 +55,11 @@ declare -A MODULE=(
     [numpy]=numpy [matplotlib]=matplotlib [maturin]=maturin
     [lmdb]=lmdb [h5py]=h5py [pyarrow]=pyarrow
     [array-record]=array_record.python.array_record_module [grain]=grain
+    [Pillow]=PIL [simplejpeg]=simplejpeg
 )
 INSTALL_JSON="$OUT/install.json"
 status=()
-for pkg in numpy matplotlib maturin lmdb h5py pyarrow array-record grain; do
+for pkg in numpy matplotlib maturin lmdb h5py pyarrow array-record grain Pillow simplejpeg; do
     mod=${MODULE[$pkg]}
     if [ "$pkg" = maturin ]; then check=(test -x "$VENV/bin/maturin"); else check=("$VPY" -c "import $mod"); fi
     if ! "${check[@]}" >/dev/null 2>&1; then

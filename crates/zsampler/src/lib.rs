@@ -75,4 +75,5 @@ pub use mixture::{Mixture, MixtureBatch, MixtureSource, Proportions};
 pub use mode::Mode;
 pub use packing::{pack, LongSamples, PackMethod, Packed, Piece};
 pub use permutation::Permutation;
+pub use random::counter_word;
 pub use sampler::Sampler;

@@ -14,8 +14,9 @@ pub(crate) const fn mix64(mut z: u64) -> u64 {
 }
 
 /// Word `n` of the stream keyed by `key`: SplitMix64's output, so one
-/// `mix64` a word, for the many draws of one keyed thing (a leaf's shuffle).
-pub(crate) fn counter_word(key: u64, n: u64) -> u64 {
+/// `mix64` a word, for the many draws of one keyed thing (a leaf's shuffle,
+/// a sample's crop).
+pub fn counter_word(key: u64, n: u64) -> u64 {
     mix64(key.wrapping_add(n.wrapping_add(1).wrapping_mul(GOLDEN)))
 }
 

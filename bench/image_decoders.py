@@ -1,0 +1,95 @@
+"""Which JPEG decoder the image pipeline builds on: images per second on
+one core, on ImageNet-sized photographs (bench/README.md, "Image
+decoders"). Run: bench/.venv/bin/python bench/image_decoders.py
+
+The set: the JPEG photographs of Debian's plasma-workspace-wallpapers
+(scripts/wallpapers.sh installs them), each scaled so its shorter side is
+2-3 crops high and cut into 8 crops of 500 x 375 saved at quality 90
+(Pillow), 1,248 files in all; made once into bench/out/wallpaper-crops.
+Timed, medians of 3 rounds over every file:
+* zune-jpeg (ours, crates/zimage): a full decode to RGB, and the training
+  pipeline (decode, random-resized crop to 224 x 224, flip);
+* libjpeg-turbo through simplejpeg: a full decode to RGB, the physical
+  limit the image issue sets;
+* Pillow: a full decode, and decode + crop + bilinear resize to 224.
+"""
+
+import io
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CROPS = ROOT / "bench" / "out" / "wallpaper-crops"
+WALLPAPERS = Path("/usr/share/wallpapers")
+
+
+def make_crops():
+    from PIL import Image
+
+    if CROPS.is_dir() and any(CROPS.iterdir()):
+        return
+    subprocess.run(["bash", str(ROOT / "scripts" / "wallpapers.sh")], check=True)
+    CROPS.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+    n = 0
+    for path in sorted(WALLPAPERS.rglob("*.jpg")):
+        image = Image.open(path).convert("RGB")
+        if image.width < 500 or image.height < 375:
+            continue
+        scale = rng.uniform(2.0, 3.0) * 375 / min(image.size)
+        image = image.resize((max(500, int(image.width * scale)),
+                              max(375, int(image.height * scale))), Image.BILINEAR)
+        for _ in range(8):
+            x = rng.randrange(image.width - 500 + 1)
+            y = rng.randrange(image.height - 375 + 1)
+            image.crop((x, y, x + 500, y + 375)).save(CROPS / f"{n:05d}.jpg", quality=90)
+            n += 1
+
+
+def rate(fn, files):
+    start = time.perf_counter()
+    for f in files:
+        fn(f)
+    return len(files) / (time.perf_counter() - start)
+
+
+def main():
+    import simplejpeg
+    from PIL import Image
+
+    make_crops()
+    files = [p.read_bytes() for p in sorted(CROPS.glob("*.jpg"))]
+    out = subprocess.run(
+        ["cargo", "run", "--release", "-q", "-p", "zimage", "--example", "decode_speed", "--",
+         str(CROPS), "3"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    zune = [tuple(map(float, line.split())) for line in out.split("\n") if line.strip()]
+
+    def pillow_crop(f):
+        Image.open(io.BytesIO(f)).convert("RGB").resize(
+            (224, 224), Image.BILINEAR, box=(50, 40, 400, 300))
+
+    rows = {
+        "zune-jpeg (ours): full decode": statistics.median(z[0] for z in zune),
+        "zune-jpeg (ours): decode + random-resized crop 224 + flip":
+            statistics.median(z[1] for z in zune),
+        "libjpeg-turbo (simplejpeg): full decode": statistics.median(
+            rate(lambda f: simplejpeg.decode_jpeg(f, colorspace="RGB"), files) for _ in range(3)),
+        "Pillow: full decode": statistics.median(
+            rate(lambda f: Image.open(io.BytesIO(f)).convert("RGB").load(), files)
+            for _ in range(3)),
+        "Pillow: decode + crop + resize 224": statistics.median(
+            rate(pillow_crop, files) for _ in range(3)),
+    }
+    limit = rows["libjpeg-turbo (simplejpeg): full decode"]
+    print(f"{len(files)} JPEGs of 500 x 375 (quality 90), one core\n")
+    print("| decoder | images/s | / libjpeg-turbo full decode |\n|---|---|---|")
+    for name, value in rows.items():
+        print(f"| {name} | {value:,.0f} | {value / limit:.2f}× |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

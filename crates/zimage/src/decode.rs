@@ -1,0 +1,227 @@
+//! Encoded bytes to pixels: JPEG and PNG, recognised by their magic, into
+//! 8-bit gray, RGB or RGBA.
+
+use zune_core::bytestream::ZCursor;
+use zune_core::colorspace::ColorSpace;
+use zune_core::options::DecoderOptions;
+use zune_jpeg::JpegDecoder;
+use zune_png::PngDecoder;
+
+use crate::error::ImageError;
+
+/// The formats read, by their first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Jpeg,
+    Png,
+}
+
+const JPEG_MAGIC: &[u8] = &[0xFF, 0xD8, 0xFF];
+const PNG_MAGIC: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
+
+impl Format {
+    /// The format of `bytes`, from its magic.
+    pub fn sniff(bytes: &[u8]) -> Result<Format, ImageError> {
+        if bytes.is_empty() {
+            Err(ImageError::Empty)
+        } else if bytes.starts_with(JPEG_MAGIC) {
+            Ok(Format::Jpeg)
+        } else if bytes.starts_with(PNG_MAGIC) {
+            Ok(Format::Png)
+        } else {
+            Err(ImageError::UnknownFormat(
+                bytes[..bytes.len().min(8)].to_vec(),
+            ))
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Format::Jpeg => "JPEG",
+            Format::Png => "PNG",
+        }
+    }
+}
+
+/// The channels of the pixels a pipeline produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channels {
+    Gray,
+    Rgb,
+    Rgba,
+}
+
+impl Channels {
+    /// Bytes per pixel.
+    pub fn count(self) -> usize {
+        match self {
+            Channels::Gray => 1,
+            Channels::Rgb => 3,
+            Channels::Rgba => 4,
+        }
+    }
+}
+
+/// Pixels decoded into a caller's buffer: `height` rows of `width` pixels
+/// of `channels`, row-major.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size {
+    pub width: usize,
+    pub height: usize,
+}
+
+/// Decodes `bytes` into `pixels` (resized to fit) with the `channels`
+/// asked for, refusing images of over `max_pixels` pixels before decoding
+/// them. Gray becomes RGB by repeating it; RGB becomes gray by Pillow's
+/// `convert('L')` weights (ITU-R 601-2, rounded the same way); alpha is
+/// dropped, or opaque where it is added.
+pub fn decode(
+    bytes: &[u8],
+    channels: Channels,
+    max_pixels: usize,
+    pixels: &mut Vec<u8>,
+) -> Result<Size, ImageError> {
+    let format = Format::sniff(bytes)?;
+    let failed = |reason: String| ImageError::Decode {
+        format: format.name(),
+        reason,
+    };
+    let check = |(width, height): (usize, usize)| {
+        if width == 0 || height == 0 {
+            return Err(failed(format!("{width}x{height} pixels")));
+        }
+        match width.checked_mul(height) {
+            Some(n) if n <= max_pixels => Ok(Size { width, height }),
+            _ => Err(ImageError::TooLarge {
+                width,
+                height,
+                limit: max_pixels,
+            }),
+        }
+    };
+    match format {
+        Format::Jpeg => {
+            let out = match channels {
+                Channels::Gray => ColorSpace::Luma,
+                Channels::Rgb => ColorSpace::RGB,
+                Channels::Rgba => ColorSpace::RGBA,
+            };
+            // Strict: a truncated or damaged stream is an error, not an
+            // image whose missing part is filled in.
+            let options = DecoderOptions::default()
+                .set_strict_mode(true)
+                .set_max_width(usize::MAX)
+                .set_max_height(usize::MAX)
+                .jpeg_set_out_colorspace(out);
+            let mut decoder = JpegDecoder::new_with_options(ZCursor::new(bytes), options);
+            decoder
+                .decode_headers()
+                .map_err(|e| failed(e.to_string()))?;
+            let size = check(
+                decoder
+                    .dimensions()
+                    .ok_or_else(|| failed("no size".into()))?,
+            )?;
+            pixels.resize(size.width * size.height * channels.count(), 0);
+            decoder
+                .decode_into(pixels)
+                .map_err(|e| failed(e.to_string()))?;
+            Ok(size)
+        }
+        Format::Png => {
+            let options = DecoderOptions::default()
+                .png_set_strip_to_8bit(true)
+                .png_set_confirm_crc(true)
+                .inflate_set_confirm_adler(true)
+                .set_max_width(usize::MAX)
+                .set_max_height(usize::MAX);
+            let mut decoder = PngDecoder::new_with_options(ZCursor::new(bytes), options);
+            decoder
+                .decode_headers()
+                .map_err(|e| failed(format!("{e:?}")))?;
+            let size = check(
+                decoder
+                    .dimensions()
+                    .ok_or_else(|| failed("no size".into()))?,
+            )?;
+            let space = decoder
+                .colorspace()
+                .ok_or_else(|| failed("no colour type".into()))?;
+            // A PNG bomb inflates to far more than its declared pixels: the
+            // inflater stops at what they can fill (at most 8 bytes a pixel,
+            // 16-bit RGBA, and a filter byte a row).
+            let limit = size.height * (1 + size.width * 8);
+            decoder.set_options(options.inflate_set_limit(limit));
+            let decoded = decoder.decode_raw().map_err(|e| failed(format!("{e:?}")))?;
+            let from = match space {
+                ColorSpace::Luma => 1,
+                ColorSpace::LumaA => 2,
+                ColorSpace::RGB => 3,
+                ColorSpace::RGBA => 4,
+                other => return Err(failed(format!("colour type {other:?}"))),
+            };
+            if decoded.len() != size.width * size.height * from {
+                return Err(failed(format!(
+                    "{} bytes of pixels for {}x{}x{from}",
+                    decoded.len(),
+                    size.width,
+                    size.height
+                )));
+            }
+            convert(&decoded, from, channels, pixels);
+            Ok(size)
+        }
+    }
+}
+
+/// Pixels of `from` channels (1 gray, 2 gray and alpha, 3 RGB, 4 RGBA) as
+/// `to`, into `out`.
+fn convert(pixels: &[u8], from: usize, to: Channels, out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(pixels.len() / from * to.count());
+    for p in pixels.chunks_exact(from) {
+        let (rgb, alpha) = match from {
+            1 => ([p[0]; 3], 255),
+            2 => ([p[0]; 3], p[1]),
+            3 => ([p[0], p[1], p[2]], 255),
+            _ => ([p[0], p[1], p[2]], p[3]),
+        };
+        match to {
+            Channels::Gray if from <= 2 => out.push(p[0]),
+            Channels::Gray => out.push(luma(rgb)),
+            Channels::Rgb => out.extend_from_slice(&rgb),
+            Channels::Rgba => out.extend_from_slice(&[rgb[0], rgb[1], rgb[2], alpha]),
+        }
+    }
+}
+
+/// Pillow's `L` of an RGB pixel: 0.299 R + 0.587 G + 0.114 B in 16-bit
+/// fixed point, rounded.
+fn luma([r, g, b]: [u8; 3]) -> u8 {
+    ((u32::from(r) * 19595 + u32::from(g) * 38470 + u32::from(b) * 7471 + 0x8000) >> 16) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn luma_matches_pillows_weights() {
+        assert_eq!(luma([255, 255, 255]), 255);
+        assert_eq!(luma([0, 0, 0]), 0);
+        assert_eq!(luma([255, 0, 0]), 76);
+        assert_eq!(luma([0, 255, 0]), 150);
+        assert_eq!(luma([0, 0, 255]), 29);
+    }
+
+    #[test]
+    fn formats_are_told_by_their_magic() {
+        assert_eq!(Format::sniff(&[0xFF, 0xD8, 0xFF, 0xE0]), Ok(Format::Jpeg));
+        assert_eq!(Format::sniff(PNG_MAGIC), Ok(Format::Png));
+        assert_eq!(Format::sniff(&[]), Err(ImageError::Empty));
+        assert!(matches!(
+            Format::sniff(b"GIF89a"),
+            Err(ImageError::UnknownFormat(_))
+        ));
+    }
+}

@@ -1,0 +1,203 @@
+//! The declared pipeline of an image stream: decode, crop, resize, flip and
+//! normalise one encoded image into its slot of a batch.
+
+use fast_image_resize::images::{Image, ImageRef};
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+
+use crate::crop::{Crop, Draws};
+use crate::decode::{decode, Channels};
+use crate::error::ImageError;
+
+/// The most pixels an image may declare before it is refused undecoded
+/// (8192 x 8192): memory for one decoded image stays under 256 MiB.
+pub const DEFAULT_MAX_PIXELS: usize = 1 << 26;
+
+/// Per-channel normalisation of the output to `float32`:
+/// `(value / 255 - mean) / std`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Normalize {
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+}
+
+/// What every image of a stream becomes: `height` x `width` pixels of
+/// `channels`, cut by `crop`, mirrored left to right on a fair coin when
+/// `flip` is set, as `uint8` or (with `normalize`) `float32`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pipeline {
+    pub height: usize,
+    pub width: usize,
+    pub channels: Channels,
+    pub crop: Crop,
+    pub flip: bool,
+    pub normalize: Option<Normalize>,
+    pub max_pixels: usize,
+}
+
+/// The memory a thread reuses from image to image.
+pub struct Scratch {
+    decoded: Vec<u8>,
+    resized: Vec<u8>,
+    resizer: Resizer,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch {
+            decoded: Vec::new(),
+            resized: Vec::new(),
+            resizer: Resizer::new(),
+        }
+    }
+}
+
+impl Pipeline {
+    /// Checks the parameters: a non-empty output, crop fractions in
+    /// `(0, 1]`, ratio ranges of positive, ordered bounds, and one finite
+    /// mean and positive standard deviation per channel.
+    pub fn validate(&self) -> Result<(), ImageError> {
+        let bad = |why: String| Err(ImageError::InvalidPipeline(why));
+        if self.height == 0 || self.width == 0 {
+            return bad(format!("output size {}x{}", self.height, self.width));
+        }
+        if self.max_pixels == 0 {
+            return bad("max_pixels must be at least 1".into());
+        }
+        let fraction = |f: f64| f > 0.0 && f <= 1.0;
+        match self.crop {
+            Crop::Resize => {}
+            Crop::Center { fraction: f } if !fraction(f) => {
+                return bad(format!("centre crop fraction {f} is not in (0, 1]"));
+            }
+            Crop::Center { .. } => {}
+            Crop::RandomResized { scale, ratio } => {
+                if !(fraction(scale.0) && fraction(scale.1) && scale.0 <= scale.1) {
+                    return bad(format!("scale {scale:?} is not a range within (0, 1]"));
+                }
+                if !(ratio.0 > 0.0 && ratio.0 <= ratio.1 && ratio.1.is_finite()) {
+                    return bad(format!("ratio {ratio:?} is not a range of positive ratios"));
+                }
+            }
+        }
+        if let Some(n) = &self.normalize {
+            let c = self.channels.count();
+            if n.mean.len() != c || n.std.len() != c {
+                return bad(format!(
+                    "normalize needs {c} means and {c} standard deviations"
+                ));
+            }
+            if !n.mean.iter().all(|m| m.is_finite())
+                || !n.std.iter().all(|s| s.is_finite() && *s > 0.0)
+            {
+                return bad("normalize needs finite means and positive deviations".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Values per sample: height x width x channels.
+    pub fn values(&self) -> usize {
+        self.height * self.width * self.channels.count()
+    }
+
+    /// Bytes per sample in a batch: one per value, four when normalised.
+    pub fn sample_len(&self) -> usize {
+        self.values() * if self.normalize.is_some() { 4 } else { 1 }
+    }
+
+    /// Runs the pipeline on `encoded` with the sample's `seed` (its crop
+    /// box and flip), into `out` ([`Pipeline::sample_len`] bytes).
+    pub fn run(
+        &self,
+        encoded: &[u8],
+        seed: u64,
+        out: &mut [u8],
+        scratch: &mut Scratch,
+    ) -> Result<(), ImageError> {
+        let Scratch {
+            decoded,
+            resized,
+            resizer,
+        } = scratch;
+        let size = decode(encoded, self.channels, self.max_pixels, decoded)?;
+        let mut draws = Draws::new(seed);
+        let place = self.crop.place(
+            size.width,
+            size.height,
+            (self.width, self.height),
+            &mut draws,
+        );
+        let flip = self.flip && draws.coin();
+        let pixel_type = match self.channels {
+            Channels::Gray => PixelType::U8,
+            Channels::Rgb => PixelType::U8x3,
+            Channels::Rgba => PixelType::U8x4,
+        };
+        let values = self.values();
+        if self.normalize.is_some() {
+            resized.resize(values, 0);
+        }
+        {
+            // Pixels go straight to the slot, or through `resized` when
+            // they are normalised into it.
+            let pixels: &mut [u8] = match self.normalize {
+                None => &mut out[..values],
+                Some(_) => &mut resized[..],
+            };
+            let resize_failed = |e: String| ImageError::Decode {
+                format: "resize",
+                reason: e,
+            };
+            let source = ImageRef::new(size.width as u32, size.height as u32, decoded, pixel_type)
+                .map_err(|e| resize_failed(e.to_string()))?;
+            let mut target =
+                Image::from_slice_u8(self.width as u32, self.height as u32, pixels, pixel_type)
+                    .map_err(|e| resize_failed(e.to_string()))?;
+            // Channels resampled each on its own, alpha included, as
+            // Pillow's bilinear resize does (no premultiplying).
+            let options = ResizeOptions::new()
+                .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
+                .use_alpha(false)
+                .crop(
+                    place.left as f64,
+                    place.top as f64,
+                    place.width as f64,
+                    place.height as f64,
+                );
+            resizer
+                .resize(&source, &mut target, &options)
+                .map_err(|e| resize_failed(e.to_string()))?;
+            if flip {
+                mirror(target.buffer_mut(), self.width, self.channels.count());
+            }
+        }
+        if let Some(n) = &self.normalize {
+            normalize(resized, n, out);
+        }
+        Ok(())
+    }
+}
+
+/// Mirrors every row of `pixels` left to right.
+fn mirror(pixels: &mut [u8], width: usize, channels: usize) {
+    for row in pixels.chunks_exact_mut(width * channels) {
+        for x in 0..width / 2 {
+            let (left, right) = (x * channels, (width - 1 - x) * channels);
+            for c in 0..channels {
+                row.swap(left + c, right + c);
+            }
+        }
+    }
+}
+
+/// `(value / 255 - mean) / std` of every value, as `float32` into `out`.
+// A batch is handed to NumPy as `float32`, which is in the host's order.
+#[allow(clippy::host_endian_bytes)]
+fn normalize(pixels: &[u8], n: &Normalize, out: &mut [u8]) {
+    let channels = n.mean.len();
+    for (k, (slot, &v)) in out.chunks_exact_mut(4).zip(pixels).enumerate() {
+        let c = k % channels;
+        let value = (f32::from(v) / 255.0 - n.mean[c]) / n.std[c];
+        slot.copy_from_slice(&value.to_ne_bytes());
+    }
+}

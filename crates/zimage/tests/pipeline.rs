@@ -1,0 +1,375 @@
+//! The pipeline against independent models: images written by other
+//! encoders (`png`, `jpeg-encoder`) decode to their pixels (PNG exactly,
+//! JPEG within its loss), outputs follow the crop, flip and normalisation
+//! asked for, and every bad image is an error, never pixels.
+
+use zimage::{Channels, Crop, ImageError, Normalize, Pipeline, Scratch, DEFAULT_MAX_PIXELS};
+
+fn png_of(
+    width: u32,
+    height: u32,
+    color: png::ColorType,
+    depth: png::BitDepth,
+    data: &[u8],
+    palette: Option<&[u8]>,
+) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut encoder = png::Encoder::new(&mut bytes, width, height);
+    encoder.set_color(color);
+    encoder.set_depth(depth);
+    if let Some(palette) = palette {
+        encoder.set_palette(palette.to_vec());
+    }
+    let mut writer = encoder.write_header().unwrap();
+    writer.write_image_data(data).unwrap();
+    writer.finish().unwrap();
+    bytes
+}
+
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut draws = zimage::Draws::new(seed);
+    (0..n).map(|_| draws.next_u64() as u8).collect()
+}
+
+fn pipeline(height: usize, width: usize, channels: Channels) -> Pipeline {
+    Pipeline {
+        height,
+        width,
+        channels,
+        crop: Crop::Resize,
+        flip: false,
+        normalize: None,
+        max_pixels: DEFAULT_MAX_PIXELS,
+    }
+}
+
+fn run(p: &Pipeline, bytes: &[u8], seed: u64) -> Result<Vec<u8>, ImageError> {
+    p.validate()?;
+    let mut out = vec![0u8; p.sample_len()];
+    p.run(bytes, seed, &mut out, &mut Scratch::default())?;
+    Ok(out)
+}
+
+fn luma(p: &[u8]) -> u8 {
+    ((u32::from(p[0]) * 19595 + u32::from(p[1]) * 38470 + u32::from(p[2]) * 7471 + 0x8000) >> 16)
+        as u8
+}
+
+#[test]
+fn png_pixels_come_back_exactly_in_every_channel_layout() {
+    let (w, h) = (37, 23);
+    let rgb = noise(w * h * 3, 1);
+    let bytes = png_of(
+        w as u32,
+        h as u32,
+        png::ColorType::Rgb,
+        png::BitDepth::Eight,
+        &rgb,
+        None,
+    );
+    assert_eq!(run(&pipeline(h, w, Channels::Rgb), &bytes, 0).unwrap(), rgb);
+    let gray: Vec<u8> = rgb.chunks(3).map(luma).collect();
+    assert_eq!(
+        run(&pipeline(h, w, Channels::Gray), &bytes, 0).unwrap(),
+        gray
+    );
+    let rgba: Vec<u8> = rgb
+        .chunks(3)
+        .flat_map(|p| [p[0], p[1], p[2], 255])
+        .collect();
+    assert_eq!(
+        run(&pipeline(h, w, Channels::Rgba), &bytes, 0).unwrap(),
+        rgba
+    );
+
+    let ga = noise(w * h * 2, 2);
+    let bytes = png_of(
+        w as u32,
+        h as u32,
+        png::ColorType::GrayscaleAlpha,
+        png::BitDepth::Eight,
+        &ga,
+        None,
+    );
+    let want: Vec<u8> = ga
+        .chunks(2)
+        .flat_map(|p| [p[0], p[0], p[0], p[1]])
+        .collect();
+    assert_eq!(
+        run(&pipeline(h, w, Channels::Rgba), &bytes, 0).unwrap(),
+        want
+    );
+    let want: Vec<u8> = ga.chunks(2).map(|p| p[0]).collect();
+    assert_eq!(
+        run(&pipeline(h, w, Channels::Gray), &bytes, 0).unwrap(),
+        want
+    );
+}
+
+#[test]
+fn palette_and_16_bit_pngs_decode_as_pillow_reads_them() {
+    let (w, h) = (16, 9);
+    let palette = noise(3 * 256, 3);
+    let index = noise(w * h, 4);
+    let bytes = png_of(
+        w as u32,
+        h as u32,
+        png::ColorType::Indexed,
+        png::BitDepth::Eight,
+        &index,
+        Some(&palette),
+    );
+    let want: Vec<u8> = index
+        .iter()
+        .flat_map(|&i| palette[3 * i as usize..3 * i as usize + 3].to_vec())
+        .collect();
+    assert_eq!(
+        run(&pipeline(h, w, Channels::Rgb), &bytes, 0).unwrap(),
+        want
+    );
+    // 16 bits a sample: Pillow keeps the high byte of each.
+    let wide = noise(w * h * 3 * 2, 5);
+    let bytes = png_of(
+        w as u32,
+        h as u32,
+        png::ColorType::Rgb,
+        png::BitDepth::Sixteen,
+        &wide,
+        None,
+    );
+    let want: Vec<u8> = wide.chunks(2).map(|s| s[0]).collect();
+    assert_eq!(
+        run(&pipeline(h, w, Channels::Rgb), &bytes, 0).unwrap(),
+        want
+    );
+}
+
+#[test]
+fn jpegs_decode_within_their_loss() {
+    let (w, h) = (64u16, 48u16);
+    // A smooth picture: JPEG keeps it within a few levels.
+    let rgb: Vec<u8> = (0..h as usize)
+        .flat_map(|y| {
+            (0..w as usize).flat_map(move |x| [(x * 4) as u8, (y * 5) as u8, ((x + y) * 2) as u8])
+        })
+        .collect();
+    let mut bytes = Vec::new();
+    jpeg_encoder::Encoder::new(&mut bytes, 95)
+        .encode(&rgb, w, h, jpeg_encoder::ColorType::Rgb)
+        .unwrap();
+    let got = run(&pipeline(h as usize, w as usize, Channels::Rgb), &bytes, 0).unwrap();
+    let mse = got
+        .iter()
+        .zip(&rgb)
+        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
+        .sum::<f64>()
+        / rgb.len() as f64;
+    let psnr = 10.0 * (255.0f64 * 255.0 / mse).log10();
+    assert!(psnr > 35.0, "PSNR {psnr:.1} dB");
+    let gray = run(&pipeline(h as usize, w as usize, Channels::Gray), &bytes, 0).unwrap();
+    assert_eq!(gray.len(), w as usize * h as usize);
+    // A stream cut inside its compressed data is an error, not an image
+    // filled in. (Only the end marker missing still holds every pixel.)
+    for cut in [bytes.len() / 2, bytes.len() * 3 / 4, 20] {
+        let err = run(
+            &pipeline(h as usize, w as usize, Channels::Rgb),
+            &bytes[..cut],
+            0,
+        );
+        assert!(
+            matches!(err, Err(ImageError::Decode { format: "JPEG", .. })),
+            "cut at {cut}: {:?}",
+            err.map(|pixels| pixels.len())
+        );
+    }
+}
+
+#[test]
+fn bad_images_are_errors_naming_what_is_wrong() {
+    let rgb = noise(8 * 8 * 3, 6);
+    let good = png_of(8, 8, png::ColorType::Rgb, png::BitDepth::Eight, &rgb, None);
+    let p = pipeline(8, 8, Channels::Rgb);
+    assert_eq!(run(&p, &[], 0), Err(ImageError::Empty));
+    assert!(matches!(
+        run(&p, b"GIF89a....", 0),
+        Err(ImageError::UnknownFormat(_))
+    ));
+    for cut in [good.len() / 2, good.len() - 13, 12] {
+        assert!(
+            matches!(run(&p, &good[..cut], 0), Err(ImageError::Decode { .. })),
+            "cut {cut}"
+        );
+    }
+    // A flipped bit inside the compressed pixels breaks the chunk's CRC.
+    let mut damaged = good.clone();
+    let at = damaged.len() - 20;
+    damaged[at] ^= 0x10;
+    assert!(matches!(
+        run(&p, &damaged, 0),
+        Err(ImageError::Decode { .. })
+    ));
+    // A bomb: a small file whose header claims 100,000 x 100,000 pixels.
+    let mut bomb = png_of(
+        1,
+        1,
+        png::ColorType::Rgb,
+        png::BitDepth::Eight,
+        &[0, 0, 0],
+        None,
+    );
+    bomb[16..20].copy_from_slice(&100_000u32.to_be_bytes());
+    bomb[20..24].copy_from_slice(&100_000u32.to_be_bytes());
+    let crc = crc32(&bomb[12..29]);
+    bomb[29..33].copy_from_slice(&crc.to_be_bytes());
+    assert!(matches!(
+        run(&p, &bomb, 0),
+        Err(ImageError::TooLarge { width: 100_000, .. })
+    ));
+}
+
+/// CRC-32 of a PNG chunk (type and data), to forge a consistent header.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn a_flip_mirrors_the_image_on_a_coin_of_the_seed() {
+    let (w, h) = (10, 4);
+    let rgb = noise(w * h * 3, 7);
+    let bytes = png_of(
+        w as u32,
+        h as u32,
+        png::ColorType::Rgb,
+        png::BitDepth::Eight,
+        &rgb,
+        None,
+    );
+    let mirrored: Vec<u8> = rgb
+        .chunks(w * 3)
+        .flat_map(|row| row.chunks(3).rev().flatten().copied().collect::<Vec<_>>())
+        .collect();
+    let p = Pipeline {
+        flip: true,
+        ..pipeline(h, w, Channels::Rgb)
+    };
+    let outs: Vec<Vec<u8>> = (0..64).map(|seed| run(&p, &bytes, seed).unwrap()).collect();
+    assert!(outs.iter().all(|o| *o == rgb || *o == mirrored));
+    let flipped = outs.iter().filter(|o| **o == mirrored).count();
+    assert!((16..=48).contains(&flipped), "{flipped} of 64 flipped");
+    assert_eq!(run(&p, &bytes, 9).unwrap(), outs[9], "the seed decides");
+}
+
+#[test]
+// The pipeline writes float32 in the host's order, as NumPy reads it.
+#[allow(clippy::host_endian_bytes)]
+fn crops_cut_their_box_and_normalising_writes_float32() {
+    let (w, h) = (40, 30);
+    let rgb = noise(w * h * 3, 8);
+    let bytes = png_of(
+        w as u32,
+        h as u32,
+        png::ColorType::Rgb,
+        png::BitDepth::Eight,
+        &rgb,
+        None,
+    );
+    // A centre box of the output's size and aspect is cut without resampling.
+    let p = Pipeline {
+        crop: Crop::Center { fraction: 0.5 },
+        ..pipeline(15, 15, Channels::Rgb)
+    };
+    let got = run(&p, &bytes, 0).unwrap();
+    let (left, top) = ((w - 15) / 2, (h - 15) / 2);
+    let want: Vec<u8> = (top..top + 15)
+        .flat_map(|y| rgb[(y * w + left) * 3..(y * w + left + 15) * 3].to_vec())
+        .collect();
+    assert_eq!(got, want);
+    // Random-resized crops differ from seed to seed and repeat for a seed.
+    let p = Pipeline {
+        crop: Crop::RandomResized {
+            scale: (0.08, 1.0),
+            ratio: (0.75, 4.0 / 3.0),
+        },
+        ..pipeline(16, 16, Channels::Rgb)
+    };
+    assert_ne!(run(&p, &bytes, 1).unwrap(), run(&p, &bytes, 2).unwrap());
+    assert_eq!(run(&p, &bytes, 1).unwrap(), run(&p, &bytes, 1).unwrap());
+    // Normalised: (v / 255 - mean) / std per channel, float32.
+    let mean = vec![0.485, 0.456, 0.406];
+    let std = vec![0.229, 0.224, 0.225];
+    let p = Pipeline {
+        normalize: Some(Normalize {
+            mean: mean.clone(),
+            std: std.clone(),
+        }),
+        ..pipeline(h, w, Channels::Rgb)
+    };
+    assert_eq!(p.sample_len(), w * h * 3 * 4);
+    let got = run(&p, &bytes, 0).unwrap();
+    for (k, (value, &v)) in got.chunks(4).zip(&rgb).enumerate() {
+        let value = f32::from_ne_bytes(value.try_into().unwrap());
+        let want = (f32::from(v) / 255.0 - mean[k % 3]) / std[k % 3];
+        assert_eq!(value, want);
+    }
+}
+
+#[test]
+fn bad_pipelines_are_refused() {
+    let good = pipeline(8, 8, Channels::Rgb);
+    let bad = [
+        Pipeline {
+            height: 0,
+            ..good.clone()
+        },
+        Pipeline {
+            crop: Crop::Center { fraction: 0.0 },
+            ..good.clone()
+        },
+        Pipeline {
+            crop: Crop::RandomResized {
+                scale: (0.5, 0.1),
+                ratio: (1.0, 1.0),
+            },
+            ..good.clone()
+        },
+        Pipeline {
+            crop: Crop::RandomResized {
+                scale: (0.1, 1.0),
+                ratio: (0.0, 1.0),
+            },
+            ..good.clone()
+        },
+        Pipeline {
+            normalize: Some(Normalize {
+                mean: vec![0.5],
+                std: vec![0.5],
+            }),
+            ..good.clone()
+        },
+        Pipeline {
+            normalize: Some(Normalize {
+                mean: vec![0.5; 3],
+                std: vec![0.0; 3],
+            }),
+            ..good.clone()
+        },
+    ];
+    for p in bad {
+        assert!(
+            matches!(p.validate(), Err(ImageError::InvalidPipeline(_))),
+            "{p:?}"
+        );
+    }
+    assert!(good.validate().is_ok());
+}
