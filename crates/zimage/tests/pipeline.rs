@@ -26,6 +26,18 @@ fn png_of(
     bytes
 }
 
+/// An 8-bit RGB PNG of `rgb`.
+fn rgb_png(width: usize, height: usize, rgb: &[u8]) -> Vec<u8> {
+    png_of(
+        width as u32,
+        height as u32,
+        png::ColorType::Rgb,
+        png::BitDepth::Eight,
+        rgb,
+        None,
+    )
+}
+
 fn noise(n: usize, seed: u64) -> Vec<u8> {
     let mut draws = zimage::Draws::new(seed);
     (0..n).map(|_| draws.next_u64() as u8).collect()
@@ -59,14 +71,7 @@ fn luma(p: &[u8]) -> u8 {
 fn png_pixels_come_back_exactly_in_every_channel_layout() {
     let (w, h) = (37, 23);
     let rgb = noise(w * h * 3, 1);
-    let bytes = png_of(
-        w as u32,
-        h as u32,
-        png::ColorType::Rgb,
-        png::BitDepth::Eight,
-        &rgb,
-        None,
-    );
+    let bytes = rgb_png(w, h, &rgb);
     assert_eq!(run(&pipeline(h, w, Channels::Rgb), &bytes, 0).unwrap(), rgb);
     let gray: Vec<u8> = rgb.chunks(3).map(luma).collect();
     assert_eq!(
@@ -247,14 +252,7 @@ fn crc32(bytes: &[u8]) -> u32 {
 fn a_flip_mirrors_the_image_on_a_coin_of_the_seed() {
     let (w, h) = (10, 4);
     let rgb = noise(w * h * 3, 7);
-    let bytes = png_of(
-        w as u32,
-        h as u32,
-        png::ColorType::Rgb,
-        png::BitDepth::Eight,
-        &rgb,
-        None,
-    );
+    let bytes = rgb_png(w, h, &rgb);
     let mirrored: Vec<u8> = rgb
         .chunks(w * 3)
         .flat_map(|row| row.chunks(3).rev().flatten().copied().collect::<Vec<_>>())
@@ -276,14 +274,7 @@ fn a_flip_mirrors_the_image_on_a_coin_of_the_seed() {
 fn crops_cut_their_box_and_normalising_writes_float32() {
     let (w, h) = (40, 30);
     let rgb = noise(w * h * 3, 8);
-    let bytes = png_of(
-        w as u32,
-        h as u32,
-        png::ColorType::Rgb,
-        png::BitDepth::Eight,
-        &rgb,
-        None,
-    );
+    let bytes = rgb_png(w, h, &rgb);
     // A centre box of the output's size and aspect is cut without resampling.
     let p = Pipeline {
         crop: Crop::Center { fraction: 0.5 },

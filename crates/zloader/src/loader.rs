@@ -415,6 +415,16 @@ mod tests {
         }
     }
 
+    fn shuffled(lengths: &[u64]) -> Vec<MixtureSource> {
+        lengths
+            .iter()
+            .map(|&length| MixtureSource {
+                length,
+                mode: Mode::Shuffle,
+            })
+            .collect()
+    }
+
     /// Sources that share a store (one handle) are gathered together, and
     /// every slot still holds its own sample's record.
     #[test]
@@ -432,13 +442,7 @@ mod tests {
         let stores = vec![shared.clone(), own, shared];
         let stream = Stream::mixed(stores, Layout::Fixed(2));
         assert_eq!(stream.first_sharing(), [0, 1, 0]);
-        let sources: Vec<_> = [40, 5, 30]
-            .iter()
-            .map(|&length| MixtureSource {
-                length,
-                mode: Mode::Shuffle,
-            })
-            .collect();
+        let sources = shuffled(&[40, 5, 30]);
         let mixture =
             zsampler::Mixture::new(&sources, &[0.4, 0.2, 0.4], 20, 1, Proportions::Exact).unwrap();
         let loader =
@@ -473,13 +477,7 @@ mod tests {
             store.append(&slices, &AppendOptions::default()).unwrap();
             ragged.push(Arc::new(store));
         }
-        let sources: Vec<_> = [7, 50, 3]
-            .iter()
-            .map(|&length| MixtureSource {
-                length,
-                mode: Mode::Shuffle,
-            })
-            .collect();
+        let sources = shuffled(&[7, 50, 3]);
         let mixture =
             zsampler::Mixture::new(&sources, &[0.5, 0.3, 0.2], 16, 5, Proportions::Drawn).unwrap();
         let streams = vec![
