@@ -27,8 +27,9 @@ pub struct Batch {
     pub valid: usize,
     /// One buffer per stream, in stream order. A [`Layout::Fixed`]`(len)`
     /// stream has record `k` at bytes `k * len ..`, `indices.len() * len`
-    /// bytes in all; a [`Layout::Ragged`] stream has its records back to
-    /// back, record `k` at the sum of the lengths before it.
+    /// bytes in all (a [`Layout::Image`] stream likewise, its pipeline's
+    /// sample length a slot); a [`Layout::Ragged`] stream has its records
+    /// back to back, record `k` at the sum of the lengths before it.
     pub buffers: Vec<BatchBuffer>,
     /// One entry per stream: `None` for a fixed stream, the byte length of
     /// every record of the batch for a ragged one.
@@ -73,8 +74,8 @@ impl Work {
                     .zip(parts)
                     .filter(|(_, (slots, _))| !slots.is_empty())
             });
-            match stream.layout {
-                Layout::Fixed(record_len) => {
+            match &stream.layout {
+                &Layout::Fixed(record_len) => {
                     let len = indices.len() * record_len;
                     let mut buffer = BatchBuffer::new_in(&self.recycler, len)
                         .ok_or(LoaderError::OutOfMemory { step, bytes: len })?;
@@ -94,44 +95,41 @@ impl Work {
                     lengths.push(None);
                 }
                 Layout::Ragged => {
-                    let record_lengths = match mixed.clone() {
-                        None => stream.stores[0].lengths(&indices).map_err(gather_error)?,
-                        Some(mixed) => {
-                            let mut all = vec![0u32; indices.len()];
-                            for (store, (slots, part)) in mixed {
-                                let found = store.lengths(part).map_err(gather_error)?;
-                                for (&slot, len) in slots.iter().zip(found) {
-                                    all[slot] = len;
-                                }
-                            }
-                            all
-                        }
-                    };
-                    let mut offsets = Vec::with_capacity(record_lengths.len());
-                    let mut total = 0u64;
-                    for &len in &record_lengths {
-                        offsets.push(total);
-                        total += u64::from(len);
-                    }
-                    // At most 2^24 records of at most 1 MiB: no overflow.
-                    let bytes = total as usize;
-                    let mut buffer =
-                        BatchBuffer::new(bytes).ok_or(LoaderError::OutOfMemory { step, bytes })?;
-                    match mixed {
-                        None => stream.stores[0]
-                            .gather_ragged(&indices, &mut buffer, &offsets)
-                            .map_err(gather_error)?,
-                        Some(mixed) => {
-                            for (store, (slots, part)) in mixed {
-                                let at: Vec<u64> = slots.iter().map(|&s| offsets[s]).collect();
-                                store
-                                    .gather_ragged(part, &mut buffer, &at)
-                                    .map_err(gather_error)?;
-                            }
-                        }
-                    }
+                    let (buffer, record_lengths) =
+                        gather_ragged(stream, &indices, mixed, step, gather_error)?;
                     buffers.push(buffer);
                     lengths.push(Some(record_lengths));
+                }
+                Layout::Image(pipeline) => {
+                    let (encoded, record_lengths) =
+                        gather_ragged(stream, &indices, mixed, step, gather_error)?;
+                    let seeds = self.picker.sample_seeds(step);
+                    let sample_len = pipeline.sample_len();
+                    let len = indices.len() * sample_len;
+                    let mut buffer = BatchBuffer::new_in(&self.recycler, len)
+                        .ok_or(LoaderError::OutOfMemory { step, bytes: len })?;
+                    SCRATCH.with_borrow_mut(|scratch| {
+                        let mut at = 0usize;
+                        let slots = buffer.chunks_exact_mut(sample_len);
+                        for (k, (slot, &record_len)) in slots.zip(&record_lengths).enumerate() {
+                            let image = &encoded[at..at + record_len as usize];
+                            at += record_len as usize;
+                            // Padding slots of a finite pass repeat the
+                            // last sample, and its seed.
+                            let seed = seeds[k.min(seeds.len() - 1)];
+                            pipeline.run(image, seed, slot, scratch).map_err(|source| {
+                                LoaderError::Image {
+                                    step,
+                                    stream: stream_index,
+                                    index: indices[k],
+                                    source,
+                                }
+                            })?;
+                        }
+                        Ok::<(), LoaderError>(())
+                    })?;
+                    buffers.push(buffer);
+                    lengths.push(None);
                 }
             }
         }
@@ -144,6 +142,62 @@ impl Work {
             lengths,
         })
     }
+}
+
+thread_local! {
+    /// Each worker's decoding memory for image streams, kept from step to
+    /// step.
+    static SCRATCH: std::cell::RefCell<zimage::Scratch> = Default::default();
+}
+
+/// The records of `indices` back to back (from a mixture's stores, each
+/// with its slots, when `mixed`), and each one's length; a store's error
+/// becomes `gather_error`'s.
+fn gather_ragged<'a>(
+    stream: &Stream,
+    indices: &[u64],
+    mixed: Option<
+        impl Iterator<Item = (&'a Arc<zrecord::Store>, &'a (Vec<usize>, Vec<u64>))> + Clone,
+    >,
+    step: u64,
+    gather_error: impl Fn(zrecord::Error) -> LoaderError,
+) -> Result<(BatchBuffer, Vec<u32>)> {
+    let record_lengths = match mixed.clone() {
+        None => stream.stores[0].lengths(indices).map_err(&gather_error)?,
+        Some(mixed) => {
+            let mut all = vec![0u32; indices.len()];
+            for (store, (slots, part)) in mixed {
+                let found = store.lengths(part).map_err(&gather_error)?;
+                for (&slot, len) in slots.iter().zip(found) {
+                    all[slot] = len;
+                }
+            }
+            all
+        }
+    };
+    let mut offsets = Vec::with_capacity(record_lengths.len());
+    let mut total = 0u64;
+    for &len in &record_lengths {
+        offsets.push(total);
+        total += u64::from(len);
+    }
+    // At most 2^24 records of at most 1 MiB: no overflow.
+    let bytes = total as usize;
+    let mut buffer = BatchBuffer::new(bytes).ok_or(LoaderError::OutOfMemory { step, bytes })?;
+    match mixed {
+        None => stream.stores[0]
+            .gather_ragged(indices, &mut buffer, &offsets)
+            .map_err(&gather_error)?,
+        Some(mixed) => {
+            for (store, (slots, part)) in mixed {
+                let at: Vec<u64> = slots.iter().map(|&s| offsets[s]).collect();
+                store
+                    .gather_ragged(part, &mut buffer, &at)
+                    .map_err(&gather_error)?;
+            }
+        }
+    }
+    Ok((buffer, record_lengths))
 }
 
 /// A mixture's batch split by store: per store of the stream (`store_of`

@@ -27,6 +27,16 @@ pub enum LoaderError {
         source: zrecord::Error,
     },
 
+    /// An image of an image stream could not be decoded.
+    #[error("step {step}, stream {stream}: record {index}: {source}")]
+    Image {
+        step: u64,
+        stream: usize,
+        index: u64,
+        #[source]
+        source: zimage::ImageError,
+    },
+
     /// The allocator refused a batch buffer.
     #[error("step {step}: could not allocate a {bytes}-byte batch buffer")]
     OutOfMemory { step: u64, bytes: usize },

@@ -117,7 +117,17 @@ impl Loader {
                     });
                 }
             }
-            if let Layout::Fixed(record_len) = s.layout {
+            let sample_len = match &s.layout {
+                Layout::Fixed(record_len) => Some(*record_len),
+                Layout::Image(pipeline) => {
+                    pipeline.validate().map_err(|e| {
+                        LoaderError::InvalidArgument(format!("stream {stream}: {e}"))
+                    })?;
+                    Some(pipeline.sample_len())
+                }
+                Layout::Ragged => None,
+            };
+            if let Some(record_len) = sample_len {
                 let bytes = record_len.checked_mul(picker.local_batch_size());
                 if bytes.is_none_or(|b| b > isize::MAX as usize) {
                     return Err(LoaderError::InvalidArgument(format!(
@@ -267,8 +277,9 @@ fn recycler_for(streams: &[Stream], batch: usize, ahead: usize) -> Arc<Recycler>
     let alive = ahead.saturating_add(2);
     let bytes = streams
         .iter()
-        .filter_map(|s| match s.layout {
+        .filter_map(|s| match &s.layout {
             Layout::Fixed(record_len) => BatchBuffer::capacity_for(record_len * batch),
+            Layout::Image(pipeline) => BatchBuffer::capacity_for(pipeline.sample_len() * batch),
             Layout::Ragged => None,
         })
         .fold(0usize, usize::saturating_add);

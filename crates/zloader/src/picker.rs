@@ -40,6 +40,15 @@ impl Picker {
         }
     }
 
+    /// One seed per index of `step` (a hash of the seed, the step and the
+    /// index's position in the global batch).
+    pub(crate) fn sample_seeds(&self, step: u64) -> Vec<u64> {
+        match self {
+            Picker::Sampler(sampler) => sampler.sample_seeds(step),
+            Picker::Mixture(mixture) => mixture.sample_seeds(step),
+        }
+    }
+
     /// The steps of a finite pass; `None` when endless.
     pub(crate) fn steps(&self) -> Option<u64> {
         match self {

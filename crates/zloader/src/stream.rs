@@ -5,7 +5,7 @@ use std::sync::Arc;
 use zrecord::Store;
 
 /// How the records of a stream are laid out in a gathered buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Layout {
     /// Records of exactly this many bytes, record `k` of a batch at byte
     /// `k * stride`; a record of another length is an error
@@ -14,6 +14,12 @@ pub enum Layout {
     /// Records of any length, packed back to back in batch order; the batch
     /// also carries every record's length ([`crate::Batch::lengths`]).
     Ragged,
+    /// Encoded images (JPEG, PNG), each run through the pipeline on the
+    /// worker's thread into a fixed slot: sample `k` at byte
+    /// `k * pipeline.sample_len()`. Its random crop and flip come from the
+    /// sample's seed ([`zsampler::Sampler::sample_seeds`]), so they do not
+    /// depend on the worker or the run.
+    Image(Arc<zimage::Pipeline>),
 }
 
 /// A store gathered at every step of a loader (or, for a mixture, one
