@@ -44,6 +44,7 @@ from ._native import (
 from .bytes_dataset import BytesDataset
 from .dataloader import DataLoader
 from .dataset import Dataset
+from .images import Images
 from .mixture import Mixture
 from .packing import PackedLoader
 from .ragged import RaggedDataset
@@ -56,6 +57,7 @@ __all__ = [
     "Dataset",
     "DataLoader",
     "Mixture",
+    "Images",
     "PackedLoader",
     "RaggedDataset",
     "BytesDataset",

@@ -235,13 +235,34 @@ def pack(
 ) -> dict[str, Any]: ...
 
 @final
+class ImagePipeline:
+    """What every image of an image stream becomes: decoded, cropped,
+    resized, flipped and (with mean and std) normalised."""
+
+    def __init__(
+        self,
+        height: int,
+        width: int,
+        channels: int = 3,
+        crop: Literal["resize", "center", "random"] = "resize",
+        fraction: float = 0.875,
+        scale: tuple[float, float] = ...,
+        ratio: tuple[float, float] = ...,
+        flip: bool = False,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        max_pixels: int = ...,
+    ) -> None: ...
+    @property
+    def sample_len(self) -> int: ...
+
 class Loader:
     """Gathers batches of several stores in lockstep on worker threads."""
 
     def __init__(
         self,
         stores: Sequence[Zrecord | Sequence[Zrecord]],
-        record_lens: Sequence[int | None],
+        record_lens: Sequence[int | ImagePipeline | None],
         sampler: Sampler | MixtureSampler,
         num_workers: int = 4,
         prefetch_size: int = 4,

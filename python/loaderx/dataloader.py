@@ -24,6 +24,7 @@ from .loader_args import (
     MAX_SEED,
     MAX_WORKERS,
     VALID,
+    images_arg,
     non_negative,
     pad_arg,
     pass_args,
@@ -36,6 +37,7 @@ from .loader_state import STATE_VERSION  # noqa: F401 - loaderx.dataloader.STATE
 from .loader_state import check_state, identity, state_at
 from .loader_streams import assembler, native_streams, stream_adapters
 from .bytes_dataset import BytesDataset
+from .images import Images
 from .mixture import SOURCE, Mixture
 from .ragged import RaggedDataset
 from .sample_rngs import SampleRngs
@@ -113,6 +115,7 @@ class DataLoader:
         epochs: int | None = None,
         last_batch: str = "partial",
         sample_rngs: bool = False,
+        images: Mapping[str, Images] | None = None,
     ) -> None:
         """Starts the loader.
 
@@ -143,6 +146,10 @@ class DataLoader:
                 generator per sample, seeded from (seed, step, position in
                 the global batch): the same draws after a resume, on any
                 number of workers or shards.
+            images: byte streams of encoded images (JPEG, PNG) to decode
+                natively, by name: each is delivered as a fixed-shape array,
+                decoded, cropped, resized, flipped and normalised on the
+                native workers as its :class:`~loaderx.Images` says.
 
         Raises:
             ValueError: the streams' lengths differ, a dataset is empty or
@@ -175,6 +182,7 @@ class DataLoader:
         transform_workers = non_negative("transform_workers", transform_workers, MAX_WORKERS)
         shard = shard_arg(shard)
         padded = pad_arg(pad, streams)
+        decoded = images_arg(images, streams)
         epochs, last_batch = pass_args(epochs, last_batch, streams)
         if mixture is not None and epochs is not None:
             raise ValueError("a Mixture is endless: epochs= is for a dataset or a table")
@@ -204,7 +212,7 @@ class DataLoader:
         self._transform_workers = transform_workers
         # One set of adapters per source (one without a mixture); the first
         # assembles the batches, all give their stores.
-        self._sources = [stream_adapters(source, padded) for source in sources]
+        self._sources = [stream_adapters(source, padded, decoded) for source in sources]
         self._adapters = self._sources[0]
         self._identity = identity(self.sampler, self._adapters, lengths)
         step = 0 if state is None else check_state(state, self._identity)

@@ -141,6 +141,27 @@ def pad_arg(pad: Any, streams: Mapping[str, Any]) -> set[str]:
     return names
 
 
+def images_arg(images: Any, streams: Mapping[str, Any]) -> dict[str, Any]:
+    """``images=``: byte-stream name to :class:`~loaderx.Images`."""
+    from .images import Images
+
+    if images is None:
+        return {}
+    if not isinstance(images, Mapping):
+        raise TypeError("images must map byte-stream names to loaderx.Images")
+    byte_streams = {name for name, ds in streams.items() if isinstance(ds, BytesDataset)}
+    for name, pipeline in images.items():
+        if name not in byte_streams:
+            raise ValueError(
+                f"images names {name!r}, which is not a byte stream "
+                f"(byte streams: {sorted(byte_streams)})"
+            )
+        if not isinstance(pipeline, Images):
+            raise TypeError(f"images[{name!r}] must be a loaderx.Images, "
+                            f"not {type(pipeline).__name__}")
+    return dict(images)
+
+
 #: What a finite pass's last batch may be: shorter, or padded with a mask.
 LAST_BATCH = ("partial", "pad")
 

@@ -5,7 +5,8 @@ their record lengths), what identifies the stream in a loader state, and
 how the gathered buffers of one step become the stream's batch value: an
 array for a :class:`~loaderx.Dataset`, a packed or padded dict
 (``ragged_batch.py``) for a :class:`~loaderx.RaggedDataset`, a list of
-items for a :class:`~loaderx.BytesDataset`.
+items for a :class:`~loaderx.BytesDataset`, or for one named in ``images=``
+a fixed-shape array of its decoded images (``images.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Union
 import numpy as np
 
 from .bytes_dataset import BytesDataset, items_of
+from .images import Images
 from .ragged import RaggedDataset
 from .ragged_batch import SHAPE_DTYPE, pack, pad_batch
 from .schema_file import dtype_name
@@ -82,18 +84,37 @@ class BytesStream:
         return items_of(values, lengths, self.item_kind)
 
 
-Stream = Union[FixedStream, RaggedStream, BytesStream]
+class ImageStream:
+    """A BytesDataset stream of encoded images, each decoded by the native
+    workers through `images`' pipeline into a fixed slot."""
+
+    kind = "image"
+
+    def __init__(self, ds: BytesDataset, images: Images) -> None:
+        self.images = images
+        self.stores = [ds._stores()[0]]
+        self.record_lens: list[Any] = [images.native]
+        self.identity = {"kind": "image", **images.identity}
+
+    def assemble(self, buffers: Iterable[Any], n: int) -> np.ndarray:
+        (buf,) = buffers
+        return buf.view(self.images.dtype).reshape((n, *self.images.shape))
 
 
-def stream_adapters(streams: Mapping[str, Any], padded: Collection[str]) -> dict[str, Stream]:
+Stream = Union[FixedStream, RaggedStream, BytesStream, ImageStream]
+
+
+def stream_adapters(
+    streams: Mapping[str, Any], padded: Collection[str], images: Mapping[str, Images]
+) -> dict[str, Stream]:
     """Each stream's adapter, by name; the ragged streams named in `padded`
-    are delivered padded."""
+    are delivered padded, the byte streams named in `images` decoded."""
 
     def adapter(name: str, ds: Any) -> Stream:
         if isinstance(ds, RaggedDataset):
             return RaggedStream(ds, name in padded)
         if isinstance(ds, BytesDataset):
-            return BytesStream(ds)
+            return ImageStream(ds, images[name]) if name in images else BytesStream(ds)
         return FixedStream(ds)
 
     return {name: adapter(name, ds) for name, ds in streams.items()}

@@ -70,7 +70,7 @@ class Mixture:
             raise TypeError("sources must be a non-empty list of datasets or tables")
         self.streams: list[dict[str, Any]] = [streams_arg(s, None) for s in sources]
         shapes = [
-            {name: a.identity for name, a in stream_adapters(s, set()).items()}
+            {name: a.identity for name, a in stream_adapters(s, set(), {}).items()}
             for s in self.streams
         ]
         for j, shape in enumerate(shapes[1:], 1):

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_all_lists_exactly_the_public_api():
     assert loaderx.__all__ == [
-        "Dataset", "DataLoader", "Mixture", "PackedLoader", "RaggedDataset", "BytesDataset", "Table", "open", "convert",
+        "Dataset", "DataLoader", "Mixture", "Images", "PackedLoader", "RaggedDataset", "BytesDataset", "Table", "open", "convert",
         "Zrecord", "ZrecordError",
         "ZrecordIndexError", "StoreBusyError", "StoreNotFoundError", "NotAStoreError",
         "CorruptStoreError", "InvalidArgumentError", "BufferTooSmallError",

@@ -285,7 +285,9 @@ pub(crate) fn loader(e: zloader::LoaderError) -> PyErr {
             &source,
             format!("loader step {step}, stream {stream}: {source}"),
         ),
-        E::InvalidArgument(_) | E::StreamTooShort { .. } => PyValueError::new_err(e.to_string()),
+        E::InvalidArgument(_) | E::StreamTooShort { .. } | E::Image { .. } => {
+            PyValueError::new_err(e.to_string())
+        }
         E::Spawn(_) => PyOSError::new_err(e.to_string()),
         E::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
         _ => PyRuntimeError::new_err(e.to_string()),

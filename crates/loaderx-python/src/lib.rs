@@ -7,6 +7,7 @@
 mod batch_array;
 mod convert;
 mod error;
+mod image;
 mod loader;
 mod mixture;
 mod packing;
@@ -21,6 +22,8 @@ mod _native {
 
     #[pymodule_export]
     use crate::error::ZrecordError;
+    #[pymodule_export]
+    use crate::image::ImagePipeline;
     #[pymodule_export]
     use crate::loader::Loader;
     #[pymodule_export]

@@ -12,6 +12,7 @@ use pyo3::types::{PyList, PyTuple};
 use zloader::{Batch, Layout, LoaderError, LoaderOptions, Stream};
 
 use crate::convert::uint;
+use crate::image::ImagePipeline;
 use crate::mixture::MixtureSampler;
 use crate::sampler::Sampler;
 use crate::zrecord::Zrecord;
@@ -31,8 +32,10 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// Gathers batches of several stores in lockstep on worker threads.
 ///
-/// `stores[i]` holds fixed-size records of `record_lens[i]` bytes, or
-/// records of any length when `record_lens[i]` is None; every step of
+/// `stores[i]` holds fixed-size records of `record_lens[i]` bytes, records
+/// of any length when `record_lens[i]` is None, or encoded images when it is
+/// an ImagePipeline (each decoded into a slot of the pipeline's sample
+/// length, delivered like fixed records); every step of
 /// `sampler` (from its current step on; its shard of each batch) is gathered
 /// from every store by `num_workers` threads (at most one per core) into
 /// batch memory recycled from the loader's earlier batches, at most
@@ -72,7 +75,7 @@ impl Loader {
     fn new(
         py: Python<'_>,
         stores: Vec<Bound<'_, PyAny>>,
-        record_lens: Vec<Option<usize>>,
+        record_lens: Vec<Bound<'_, PyAny>>,
         sampler: &Bound<'_, PyAny>,
         num_workers: usize,
         prefetch_size: usize,
@@ -98,9 +101,12 @@ impl Loader {
                     .iter()
                     .map(|store| store.get().shared())
                     .collect::<PyResult<Vec<_>>>()?;
-                let layout = match len {
-                    Some(len) => Layout::Fixed(len),
-                    None => Layout::Ragged,
+                let layout = if len.is_none() {
+                    Layout::Ragged
+                } else if let Ok(pipeline) = len.cast::<ImagePipeline>() {
+                    Layout::Image(pipeline.get().inner.clone())
+                } else {
+                    Layout::Fixed(len.extract::<usize>()?)
                 };
                 Ok(Stream::mixed(stores, layout))
             })
