@@ -8,7 +8,9 @@ The set: the JPEG photographs of Debian's plasma-workspace-wallpapers
 (Pillow), 1,248 files in all; made once into bench/out/wallpaper-crops.
 Timed, medians of 3 rounds over every file:
 * zune-jpeg (ours, crates/zimage): a full decode to RGB, and the training
-  pipeline (decode, random-resized crop to 224 x 224, flip);
+  pipeline (decode, random-resized crop to 224 x 224, flip), on one core;
+  then the same pipeline through the loader's image stream with 2 workers
+  (crates/zloader/examples/image_loader_speed.rs);
 * libjpeg-turbo through simplejpeg: a full decode to RGB, the physical
   limit the image issue sets;
 * Pillow: a full decode, and decode + crop + bilinear resize to 224.
@@ -64,8 +66,9 @@ def main():
     make_crops()
     files = [p.read_bytes() for p in sorted(CROPS.glob("*.jpg"))]
     out = subprocess.run(
-        ["cargo", "run", "--release", "-q", "-p", "zimage", "--example", "decode_speed", "--",
-         str(CROPS), "3"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        ["cargo", "run", "--release", "-q", "-p", "zloader", "--example", "image_loader_speed",
+         "--", str(CROPS), "2", "4", "3"], cwd=ROOT, check=True, capture_output=True,
+        text=True).stdout
     zune = [tuple(map(float, line.split())) for line in out.split("\n") if line.strip()]
 
     def pillow_crop(f):
@@ -76,6 +79,8 @@ def main():
         "zune-jpeg (ours): full decode": statistics.median(z[0] for z in zune),
         "zune-jpeg (ours): decode + random-resized crop 224 + flip":
             statistics.median(z[1] for z in zune),
+        "ours through the loader, 2 workers (both cores), batch 256":
+            statistics.median(z[2] for z in zune),
         "libjpeg-turbo (simplejpeg): full decode": statistics.median(
             rate(lambda f: simplejpeg.decode_jpeg(f, colorspace="RGB"), files) for _ in range(3)),
         "Pillow: full decode": statistics.median(
@@ -85,7 +90,7 @@ def main():
             rate(pillow_crop, files) for _ in range(3)),
     }
     limit = rows["libjpeg-turbo (simplejpeg): full decode"]
-    print(f"{len(files)} JPEGs of 500 x 375 (quality 90), one core\n")
+    print(f"{len(files)} JPEGs of 500 x 375 (quality 90), one core unless said\n")
     print("| decoder | images/s | / libjpeg-turbo full decode |\n|---|---|---|")
     for name, value in rows.items():
         print(f"| {name} | {value:,.0f} | {value / limit:.2f}× |")

@@ -1,24 +1,26 @@
-//! Images per second through the loader: every JPEG of a folder stored raw
-//! as one record, gathered in batches of 256, each decoded, cropped to
-//! 224 x 224 at random and flipped on the workers, for a few seconds.
+//! Images per second of the image pipeline on the JPEGs of a folder: on one
+//! core a full decode and the training pipeline (decode, random-resized
+//! crop to 224 x 224, flip), then through the loader (every file stored raw
+//! as one record, batches of 256 decoded on the workers). Run by
+//! bench/image_decoders.py; prints the three rates on one line per round.
 //!
-//!     cargo run --release -p zloader --example image_loader_speed -- FOLDER [WORKERS] [SECONDS]
+//!     cargo run --release -p zloader --example image_loader_speed -- FOLDER [WORKERS] [SECONDS] [ROUNDS]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zimage::{Channels, Crop, Pipeline, DEFAULT_MAX_PIXELS};
+use zimage::{decode, Channels, Crop, Pipeline, Scratch, DEFAULT_MAX_PIXELS};
 use zloader::{Layout, Loader, LoaderOptions, Stream};
 use zrecord::{AppendOptions, Codec, Store};
 use zsampler::{Mode, Sampler};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let folder = args
-        .next()
-        .expect("usage: image_loader_speed FOLDER [WORKERS] [SECONDS]");
-    let workers: usize = args.next().map_or(2, |w| w.parse().expect("WORKERS"));
-    let seconds: f64 = args.next().map_or(5.0, |s| s.parse().expect("SECONDS"));
+    let usage = "usage: image_loader_speed FOLDER [WORKERS] [SECONDS] [ROUNDS]";
+    let folder = args.next().expect(usage);
+    let workers: usize = args.next().map_or(2, |w| w.parse().expect(usage));
+    let seconds: f64 = args.next().map_or(4.0, |s| s.parse().expect(usage));
+    let rounds: usize = args.next().map_or(3, |r| r.parse().expect(usage));
     let mut paths: Vec<_> = std::fs::read_dir(&folder)
         .expect("a folder of images")
         .map(|entry| entry.expect("a readable folder").path())
@@ -28,15 +30,6 @@ fn main() {
         .iter()
         .map(|p| std::fs::read(p).expect("a file"))
         .collect();
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let store = Store::open(dir.path().join("images.zr")).expect("a new store");
-    let slices: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
-    let raw = AppendOptions {
-        codec: Codec::Raw,
-        durable: false,
-        ..AppendOptions::default()
-    };
-    store.append(&slices, &raw).expect("the images stored");
     let pipeline = Arc::new(Pipeline {
         height: 224,
         width: 224,
@@ -49,18 +42,43 @@ fn main() {
         normalize: None,
         max_pixels: DEFAULT_MAX_PIXELS,
     });
-    let stream = Stream::mixed(vec![Arc::new(store)], Layout::Image(pipeline));
-    let sampler = Sampler::new(files.len() as u64, 256, Mode::Shuffle, 1).expect("a sampler");
-    let options = LoaderOptions {
-        num_workers: workers,
-        prefetch: 4,
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let store = Arc::new(Store::open(dir.path().join("images.zr")).expect("a new store"));
+    let slices: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    let raw = AppendOptions {
+        codec: Codec::Raw,
+        durable: false,
+        ..AppendOptions::default()
     };
-    let loader = Loader::new(vec![stream], sampler, options).expect("a loader");
-    loader.next().expect("a first batch");
-    let start = Instant::now();
-    let mut images = 0usize;
-    while start.elapsed() < Duration::from_secs_f64(seconds) {
-        images += loader.next().expect("a batch").indices.len();
+    store.append(&slices, &raw).expect("the images stored");
+    let per_second = |n: usize, start: Instant| n as f64 / start.elapsed().as_secs_f64();
+    for _ in 0..rounds {
+        let mut pixels = Vec::new();
+        let start = Instant::now();
+        for file in &files {
+            decode(file, Channels::Rgb, DEFAULT_MAX_PIXELS, &mut pixels).expect("an image");
+        }
+        let full = per_second(files.len(), start);
+        let (mut out, mut scratch) = (vec![0u8; pipeline.sample_len()], Scratch::default());
+        let start = Instant::now();
+        for (seed, file) in (0u64..).zip(&files) {
+            pipeline
+                .run(file, seed, &mut out, &mut scratch)
+                .expect("an image");
+        }
+        let one_core = per_second(files.len(), start);
+        let stream = Stream::mixed(vec![store.clone()], Layout::Image(pipeline.clone()));
+        let sampler = Sampler::new(files.len() as u64, 256, Mode::Shuffle, 1).expect("a sampler");
+        let options = LoaderOptions {
+            num_workers: workers,
+            prefetch: 4,
+        };
+        let loader = Loader::new(vec![stream], sampler, options).expect("a loader");
+        loader.next().expect("a first batch");
+        let (start, mut images) = (Instant::now(), 0);
+        while start.elapsed() < Duration::from_secs_f64(seconds) {
+            images += loader.next().expect("a batch").indices.len();
+        }
+        println!("{full:.1} {one_core:.1} {:.1}", per_second(images, start));
     }
-    println!("{:.1}", images as f64 / start.elapsed().as_secs_f64());
 }
