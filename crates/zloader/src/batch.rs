@@ -54,6 +54,9 @@ impl Work {
     /// Gathers step `step` of every stream into batch buffers.
     pub(crate) fn gather(self: &Arc<Self>, step: u64) -> Result<Batch> {
         let (indices, sources) = self.picker.pick(step);
+        // One seed per index (`sample_seeds` is as long as `pick`'s batch,
+        // padding included), made once for all image streams of the step.
+        let seeds = std::cell::OnceCell::new();
         let mut buffers = Vec::with_capacity(self.streams.len());
         let mut lengths = Vec::with_capacity(self.streams.len());
         for (stream_index, stream) in self.streams.iter().enumerate() {
@@ -103,7 +106,7 @@ impl Work {
                 Layout::Image(pipeline) => {
                     let (encoded, record_lengths) =
                         gather_ragged(stream, &indices, mixed, step, gather_error)?;
-                    let seeds = self.picker.sample_seeds(step);
+                    let seeds = seeds.get_or_init(|| self.picker.sample_seeds(step));
                     let sample_len = pipeline.sample_len();
                     let len = indices.len() * sample_len;
                     let mut buffer = BatchBuffer::new_in(&self.recycler, len)
@@ -114,17 +117,14 @@ impl Work {
                         for (k, (slot, &record_len)) in slots.zip(&record_lengths).enumerate() {
                             let image = &encoded[at..at + record_len as usize];
                             at += record_len as usize;
-                            // Padding slots of a finite pass repeat the
-                            // last sample, and its seed.
-                            let seed = seeds[k.min(seeds.len() - 1)];
-                            pipeline.run(image, seed, slot, scratch).map_err(|source| {
-                                LoaderError::Image {
+                            pipeline
+                                .run(image, seeds[k], slot, scratch)
+                                .map_err(|source| LoaderError::Image {
                                     step,
                                     stream: stream_index,
                                     index: indices[k],
                                     source,
-                                }
-                            })?;
+                                })?;
                         }
                         Ok::<(), LoaderError>(())
                     })?;
