@@ -2,10 +2,9 @@
 one core, on ImageNet-sized photographs (bench/README.md, "Image
 decoders"). Run: bench/.venv/bin/python bench/image_decoders.py
 
-The set: the JPEG photographs of Debian's plasma-workspace-wallpapers
-(scripts/wallpapers.sh installs them), each scaled so its shorter side is
-2-3 crops high and cut into 8 crops of 500 x 375 saved at quality 90
-(Pillow), 1,248 files in all; made once into bench/out/wallpaper-crops.
+The set: 1,248 crops of 500 x 375 (quality 90) cut from the photographs of
+Debian's plasma-workspace-wallpapers by scripts/wallpaper_crops.py, made
+once into bench/out/wallpaper-crops.
 Timed, medians of 3 rounds over every file:
 * zune-jpeg (ours, crates/zimage): a full decode to RGB, and the training
   pipeline (decode, random-resized crop to 224 x 224, flip), on one core;
@@ -17,7 +16,6 @@ Timed, medians of 3 rounds over every file:
 """
 
 import io
-import random
 import statistics
 import subprocess
 import sys
@@ -25,31 +23,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import wallpaper_crops  # noqa: E402
+
 CROPS = ROOT / "bench" / "out" / "wallpaper-crops"
-WALLPAPERS = Path("/usr/share/wallpapers")
-
-
-def make_crops():
-    from PIL import Image
-
-    if CROPS.is_dir() and any(CROPS.iterdir()):
-        return
-    subprocess.run(["bash", str(ROOT / "scripts" / "wallpapers.sh")], check=True)
-    CROPS.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(0)
-    n = 0
-    for path in sorted(WALLPAPERS.rglob("*.jpg")):
-        image = Image.open(path).convert("RGB")
-        if image.width < 500 or image.height < 375:
-            continue
-        scale = rng.uniform(2.0, 3.0) * 375 / min(image.size)
-        image = image.resize((max(500, int(image.width * scale)),
-                              max(375, int(image.height * scale))), Image.BILINEAR)
-        for _ in range(8):
-            x = rng.randrange(image.width - 500 + 1)
-            y = rng.randrange(image.height - 375 + 1)
-            image.crop((x, y, x + 500, y + 375)).save(CROPS / f"{n:05d}.jpg", quality=90)
-            n += 1
 
 
 def rate(fn, files):
@@ -63,8 +40,8 @@ def main():
     import simplejpeg
     from PIL import Image
 
-    make_crops()
-    files = [p.read_bytes() for p in sorted(CROPS.glob("*.jpg"))]
+    wallpaper_crops.make(CROPS)
+    files = [p.read_bytes() for p in sorted(CROPS.rglob("*.jpg"))]
     out = subprocess.run(
         ["cargo", "run", "--release", "-q", "-p", "zloader", "--example", "image_loader_speed",
          "--", str(CROPS), "2", "4", "3"], cwd=ROOT, check=True, capture_output=True,

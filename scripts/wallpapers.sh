@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the JPEG photographs of Debian's plasma-workspace-wallpapers are
 # in /usr/share/wallpapers: as root it installs the package with apt-get,
-# otherwise it says what to run. Used by bench/image_decoders.py, which cuts
+# otherwise it says what to run. Used by scripts/wallpaper_crops.py, which cuts
 # them into ImageNet-sized crops.
 set -euo pipefail
 

@@ -1,4 +1,5 @@
-//! Images per second of the image pipeline on the JPEGs of a folder: on one
+//! Images per second of the image pipeline on the JPEGs of an image folder
+//! (`FOLDER/<class>/<image>`): on one
 //! core a full decode and the training pipeline (decode, random-resized
 //! crop to 224 x 224, flip), then through the loader (every file stored raw
 //! as one record, batches of 256 decoded on the workers). Run by
@@ -21,8 +22,11 @@ fn main() {
     let workers: usize = args.next().map_or(2, |w| w.parse().expect(usage));
     let seconds: f64 = args.next().map_or(4.0, |s| s.parse().expect(usage));
     let rounds: usize = args.next().map_or(3, |r| r.parse().expect(usage));
+    // The folder is an image folder: one directory per class.
     let mut paths: Vec<_> = std::fs::read_dir(&folder)
         .expect("a folder of images")
+        .flat_map(|class| std::fs::read_dir(class.expect("a readable folder").path()))
+        .flatten()
         .map(|entry| entry.expect("a readable folder").path())
         .collect();
     paths.sort();
