@@ -237,8 +237,10 @@ def pack(
 @final
 class ImagePipeline:
     """What every image of an image stream becomes: decoded, cropped,
-    resized, flipped and (with mean and std) normalised."""
+    resized, flipped and (with mean and std) normalised; with `blank`, a bad
+    image becomes a zero sample marked in the batch."""
 
+    DEFAULT_MAX_PIXELS: int
     def __init__(
         self,
         height: int,
@@ -252,6 +254,7 @@ class ImagePipeline:
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         max_pixels: int = ...,
+        blank: bool = False,
     ) -> None: ...
     @property
     def sample_len(self) -> int: ...
@@ -280,6 +283,11 @@ class Loader:
     ) -> tuple[
         int,
         npt.NDArray[np.uint64],
-        list[npt.NDArray[np.uint8] | tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint32]]],
+        # A ragged stream's buffer comes with its records' lengths, a
+        # blanking image stream's with whether each slot was decoded.
+        list[
+            npt.NDArray[np.uint8]
+            | tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint32] | npt.NDArray[np.bool_]]
+        ],
         npt.NDArray[np.int32] | None,
     ]: ...

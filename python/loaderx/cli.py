@@ -56,6 +56,10 @@ def parser() -> argparse.ArgumentParser:
                    help="the codec's level (flate 1-12, zstd up to 22)")
     c.add_argument("--image-size", type=image_size, metavar="HxW",
                    help="decode images to HxW RGB instead of keeping their bytes")
+    c.add_argument("--max-side", type=int, default=None, metavar="N",
+                   help="re-encode images as JPEGs no larger than N on either side")
+    c.add_argument("--quality", type=int, default=None, metavar="Q",
+                   help="re-encode images as JPEGs of quality Q (1-95; default 90)")
     c.add_argument("--checksums", action=argparse.BooleanOptionalAction, default=None,
                    help="keep per-record checksums (the default)")
     c.add_argument("--workers", type=int, default=None, help="image reading threads")
@@ -101,7 +105,8 @@ def run_convert(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     with convert(args.src, args.dst, source=args.source, codec=args.codec, level=args.level,
-                 image_size=args.image_size, checksums=args.checksums, workers=args.workers,
+                 image_size=args.image_size, max_side=args.max_side, quality=args.quality,
+                 checksums=args.checksums, workers=args.workers,
                  progress=False if args.quiet else None) as table:
         if not args.quiet:
             print(f"{args.dst}: {table.rows} rows, streams "

@@ -37,6 +37,8 @@ def convert(
     codec: str = "flate",
     level: int | None = None,
     image_size: tuple[int, int] | None = None,
+    max_side: int | None = None,
+    quality: int | None = None,
     checksums: bool | None = None,
     durable: bool = True,
     workers: int | None = None,
@@ -50,7 +52,9 @@ def convert(
     ``images``, ``parquet``, ``arrow``, ``hf``, ``webdataset``); it is
     detected when None. `codec` is the codec of every
     stream and `level` its level; `image_size` ``(height, width)`` decodes an image folder's
-    images to that size instead of keeping their encoded bytes; `durable`
+    images to that size instead of keeping their encoded bytes; `max_side` and `quality`
+    re-encode them instead as JPEGs of that quality (default 90), shrunk so that neither
+    side exceeds `max_side` (the aspect kept; smaller images are not enlarged); `durable`
     (the default) makes each group's rows reach stable storage before the
     table commits them, as ``Dataset.write`` does; `workers`
     threads read and decode images (default: the CPU count); `progress`
@@ -68,7 +72,8 @@ def convert(
     dst = Path(dst)
     codec = codec_arg(codec)
     workers = workers or os.cpu_count() or 1
-    reader = open_source(src, source, image_size=image_size, workers=workers)
+    reader = open_source(src, source, image_size=image_size, max_side=max_side,
+                         quality=quality, workers=workers)
     described = {**reader.describe(), "codec": codec, "level": level}
     start = 0
     if (dst / MANIFEST).is_file():

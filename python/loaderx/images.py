@@ -24,6 +24,9 @@ from ._native import ImagePipeline
 #: box of the output's aspect, or a random-resized box.
 CROPS = ("resize", "center", "random")
 
+#: What ``on_error=`` may be: fail the step, or deliver a blank sample.
+ON_ERROR = ("raise", "blank")
+
 
 class Images:
     """What every image of an image stream becomes.
@@ -46,11 +49,17 @@ class Images:
             ``float32`` ``(value / 255 - mean) / std``.
         max_pixels: images that declare more pixels are refused before they
             are decoded (a decompression bomb).
+        on_error: what a record that is not a decodable image does:
+            ``'raise'`` fails its step with a ValueError naming the record;
+            ``'blank'`` makes it a blank sample (every value zero) and marks
+            it False in the batch's ``'<stream>_decoded'`` entry, a bool
+            array of the batch's length, so that one bad file among millions
+            does not stop a training run.
 
     The box is resized with a bilinear filter that averages every source
     pixel when shrinking (Pillow's ``BILINEAR``). A record that is not a
-    JPEG or PNG, or is truncated or damaged, fails its step with a
-    ValueError naming the record.
+    JPEG or PNG, or is truncated, damaged, empty or over `max_pixels`, is a
+    bad image (see `on_error`).
     """
 
     def __init__(
@@ -65,7 +74,8 @@ class Images:
         flip: bool = False,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
-        max_pixels: int = 1 << 26,
+        max_pixels: int = ImagePipeline.DEFAULT_MAX_PIXELS,
+        on_error: str = "raise",
     ) -> None:
         if isinstance(size, (bool, np.bool_)):
             raise TypeError("size must be an int or (height, width)")
@@ -73,12 +83,14 @@ class Images:
         height, width = operator.index(height), operator.index(width)
         if crop not in CROPS:
             raise ValueError(f"crop must be one of {CROPS}, not {crop!r}")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
         mean = None if mean is None else [float(m) for m in mean]
         std = None if std is None else [float(s) for s in std]
         self.native = ImagePipeline(
             height, width, channels, crop, float(fraction),
             (float(scale[0]), float(scale[1])), (float(ratio[0]), float(ratio[1])), bool(flip),
-            mean, std, max_pixels,
+            mean, std, max_pixels, on_error == "blank",
         )
         #: The shape of one sample, and its dtype.
         self.shape = (height, width, channels)
@@ -88,6 +100,7 @@ class Images:
             "size": [height, width], "channels": channels, "crop": crop,
             "fraction": float(fraction), "scale": [float(s) for s in scale],
             "ratio": [float(r) for r in ratio], "flip": bool(flip), "mean": mean, "std": std,
+            "on_error": on_error,
         }
 
     def __repr__(self) -> str:

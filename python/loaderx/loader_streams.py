@@ -11,7 +11,7 @@ a fixed-shape array of its decoded images (``images.py``).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Union
 
 import numpy as np
@@ -90,15 +90,27 @@ class ImageStream:
 
     kind = "image"
 
-    def __init__(self, ds: BytesDataset, images: Images) -> None:
+    def __init__(self, ds: BytesDataset, images: Images, name: str) -> None:
         self.images = images
         self.stores = [ds._stores()[0]]
         self.record_lens: list[Any] = [images.native]
         self.identity = {"kind": "image", **images.identity}
+        #: The batch entry marking the decoded samples, when bad images
+        #: are blanked (their buffer then comes with the marks).
+        self.decoded_key = f"{name}_decoded" if images.identity["on_error"] == "blank" else None
 
     def assemble(self, buffers: Iterable[Any], n: int) -> np.ndarray:
         (buf,) = buffers
+        if self.decoded_key is not None:
+            buf, _ = buf
         return buf.view(self.images.dtype).reshape((n, *self.images.shape))
+
+    def extra(self, buffers: Sequence[Any]) -> dict[str, np.ndarray]:
+        """The batch entries beside the stream's own: its decoded marks."""
+        if self.decoded_key is None:
+            return {}
+        ((_, decoded),) = buffers
+        return {self.decoded_key: decoded}
 
 
 Stream = Union[FixedStream, RaggedStream, BytesStream, ImageStream]
@@ -114,10 +126,15 @@ def stream_adapters(
         if isinstance(ds, RaggedDataset):
             return RaggedStream(ds, name in padded)
         if isinstance(ds, BytesDataset):
-            return ImageStream(ds, images[name]) if name in images else BytesStream(ds)
+            return ImageStream(ds, images[name], name) if name in images else BytesStream(ds)
         return FixedStream(ds)
 
-    return {name: adapter(name, ds) for name, ds in streams.items()}
+    adapters = {name: adapter(name, ds) for name, ds in streams.items()}
+    for a in adapters.values():
+        if getattr(a, "decoded_key", None) in adapters:
+            raise ValueError(f"an image stream adds a {a.decoded_key!r} entry, and a stream "
+                             "has that name")
+    return adapters
 
 
 def native_streams(adapters: Mapping[str, Stream]) -> tuple[list[Zrecord], list[int | None]]:
@@ -144,7 +161,10 @@ def assembler(adapters: Mapping[str, Stream]) -> Callable[[Any], dict[str, Any]]
         batch = {}
         at = 0
         for (name, adapter), width in zip(pairs, widths):
-            batch[name] = adapter.assemble(buffers[at : at + width], n)
+            mine = buffers[at : at + width]
+            batch[name] = adapter.assemble(mine, n)
+            if isinstance(adapter, ImageStream):
+                batch.update(adapter.extra(mine))
             at += width
         return batch
 

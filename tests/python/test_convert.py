@@ -6,6 +6,7 @@ and the solar-cell images from the elpv-dataset package; scripts/test.sh
 installs both."""
 
 import gzip
+import io
 import json
 import os
 import shutil
@@ -100,6 +101,28 @@ def test_an_image_folder_decoded_to_a_size(solar_cells, tmp_path):
             with Image.open(files[k][1]) as im:
                 want = np.asarray(im.convert("RGB").resize((48, 32), Image.BILINEAR))
             np.testing.assert_array_equal(t["image"][k], want)
+
+
+def test_an_image_folder_reencoded_smaller(solar_cells, tmp_path):
+    _, files = folder_files(solar_cells)
+    cli("convert", solar_cells, tmp_path / "jpeg", "--max-side", "128", "--quality", "80",
+        "--quiet")
+    with loaderx.open(tmp_path / "jpeg") as t:
+        assert t.source["max_side"] == 128 and t.source["quality"] == 80
+        got = t["image"][:]
+    assert sum(map(len, got)) < sum(f.stat().st_size for _, f in files) / 3
+    for k in (0, len(files) // 2, len(files) - 1):
+        with Image.open(io.BytesIO(got[k])) as im:
+            assert (im.format, im.mode, im.size) == ("JPEG", "L", (128, 128))
+            small = np.asarray(im, dtype=np.float64)
+        with Image.open(files[k][1]) as im:
+            want = np.asarray(im.resize((128, 128), Image.LANCZOS), dtype=np.float64)
+        psnr = 10 * np.log10(255**2 / np.mean((small - want) ** 2))
+        assert psnr > 30, (k, psnr)
+    with pytest.raises(ValueError, match="choose one"):
+        loaderx.convert(solar_cells, tmp_path / "both", image_size=(8, 8), max_side=8)
+    with pytest.raises(ValueError, match="quality"):
+        loaderx.convert(solar_cells, tmp_path / "q", quality=0)
 
 
 def test_npy_and_npz_files(tmp_path):

@@ -2,7 +2,9 @@
 against Pillow as the independent model: elpv-dataset's real PNGs
 bit-exact, JPEGs within 40 dB of Pillow's decode, resizes within one level
 of Pillow's bilinear; random crops and flips the same with any number of
-workers and after a resume; a bad image fails its step naming the record.
+workers and after a resume; a bad image of each kind (truncated, wrong
+magic, a PNG bomb, empty) fails its step naming the record, or is blanked
+and marked when asked.
 """
 
 import io
@@ -115,16 +117,64 @@ def test_normalised_images_are_float32(cells):
     assert np.allclose(batch["image"][0, :, :, 0], (want / 255 - 0.5) / 0.25)
 
 
-def test_a_bad_image_fails_its_step_naming_the_record(tmp_path, cells):
+def png_bomb():
+    """A valid PNG header declaring 65,535 x 65,535 gray pixels (4.3 G), its
+    data a few compressed bytes: what a decompression bomb looks like."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    header = struct.pack(">IIBBBBB", 65535, 65535, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(b"\0" * 4096)) + chunk(b"IEND", b""))
+
+
+BAD = {
+    "truncated": lambda good: good[: len(good) // 2],
+    "wrong magic": lambda good: b"GIF89a" + good[6:],
+    "png bomb": lambda good: png_bomb(),
+    "zero-size": lambda good: b"",
+}
+
+
+@pytest.fixture(params=sorted(BAD))
+def bad_store(request, tmp_path, cells):
+    """Twelve of the cells, record 9 a bad image of the param's kind."""
     _, raw = cells
     records = raw[:12]
-    records[9] = records[9][: len(records[9]) // 2]
-    ds = BytesDataset.write(tmp_path / "bad", records)
+    records[9] = BAD[request.param](records[9])
+    return BytesDataset.write(tmp_path / "bad", records), raw
+
+
+def test_a_bad_image_fails_its_step_naming_the_record(bad_store):
+    ds, _ = bad_store
     with DataLoader({"image": ds}, images={"image": Images(300, channels=1)}, batch_size=4,
                     mode=loaderx.Sampler.Mode.SEQUENTIAL, num_workers=1) as loader:
         next(loader), next(loader)
         with pytest.raises(ValueError, match="record 9"):
             next(loader)
+
+
+def test_a_bad_image_can_be_blanked_and_marked_instead(bad_store):
+    ds, raw = bad_store
+    images = Images(300, channels=1, on_error="blank")
+    got = batches(ds, images, 3, batch_size=4)
+    for step, batch in enumerate(got):
+        assert batch["image_decoded"].dtype == np.bool_
+        for k in range(4):
+            index = step * 4 + k
+            if index == 9:
+                assert not batch["image_decoded"][k]
+                assert not batch["image"][k].any(), "a bad image's sample is blank"
+            else:
+                assert batch["image_decoded"][k]
+                want = np.asarray(Image.open(io.BytesIO(raw[index])).convert("L"))
+                assert np.array_equal(batch["image"][k, :, :, 0], want), index
+    (plain,) = batches(ds, Images(300, channels=1), 1)
+    assert "image_decoded" not in plain, "only a blanking stream adds its marks"
 
 
 def test_bad_image_arguments_are_refused(cells):
@@ -133,7 +183,12 @@ def test_bad_image_arguments_are_refused(cells):
                 dict(mean=[0.5]), dict(mean=[0.5], std=[0.0], channels=1)]:
         with pytest.raises(ValueError):
             Images(32, **bad)
+    with pytest.raises(ValueError, match="on_error"):
+        Images(32, on_error="skip")
     with pytest.raises(ValueError, match="not a byte stream"):
         DataLoader({"image": ds}, images={"label": Images(32)})
+    with pytest.raises(ValueError, match="'image_decoded'"):
+        DataLoader({"image": ds, "image_decoded": ds},
+                   images={"image": Images(32, on_error="blank")})
     with pytest.raises(TypeError):
         DataLoader({"image": ds}, images={"image": "224"})

@@ -104,7 +104,7 @@ impl Loader {
                 let layout = if len.is_none() {
                     Layout::Ragged
                 } else if let Ok(pipeline) = len.cast::<ImagePipeline>() {
-                    Layout::Image(pipeline.get().inner.clone())
+                    Layout::Image(pipeline.get().inner.clone(), pipeline.get().bad)
                 } else {
                     Layout::Fixed(len.extract::<usize>()?)
                 };
@@ -166,14 +166,19 @@ impl Loader {
         }
         // The buffers become numpy arrays without a copy.
         let buffers = PyList::empty(py);
-        for (buffer, lengths) in batch.buffers.into_iter().zip(batch.lengths) {
+        // A ragged buffer comes with its records' lengths, a blanking image
+        // stream's with whether each slot was decoded.
+        let marks = batch.lengths.into_iter().zip(batch.decoded);
+        for (buffer, (lengths, decoded)) in batch.buffers.into_iter().zip(marks) {
             let bytes = batch_array::into_array(py, buffer)?;
-            match lengths {
+            let mark = match (lengths, decoded) {
+                (Some(lengths), _) => Some(PyArray1::from_vec(py, lengths).into_any()),
+                (None, Some(decoded)) => Some(PyArray1::from_vec(py, decoded).into_any()),
+                (None, None) => None,
+            };
+            match mark {
                 None => buffers.append(bytes)?,
-                Some(lengths) => buffers.append(PyTuple::new(
-                    py,
-                    [bytes.into_any(), PyArray1::from_vec(py, lengths).into_any()],
-                )?)?,
+                Some(mark) => buffers.append(PyTuple::new(py, [bytes.into_any(), mark])?)?,
             }
         }
         let sources = batch
@@ -198,6 +203,7 @@ impl Loader {
             batch.sources = None;
             batch.buffers = Vec::new();
             batch.lengths = Vec::new();
+            batch.decoded = Vec::new();
         }
     }
 

@@ -180,12 +180,22 @@ impl Pipeline {
 
 /// Mirrors every row of `pixels` left to right.
 fn mirror(pixels: &mut [u8], width: usize, channels: usize) {
-    for row in pixels.chunks_exact_mut(width * channels) {
-        for x in 0..width / 2 {
-            let (left, right) = (x * channels, (width - 1 - x) * channels);
-            for c in 0..channels {
-                row.swap(left + c, right + c);
-            }
+    match channels {
+        1 => pixels.chunks_exact_mut(width).for_each(<[u8]>::reverse),
+        3 => mirror_pixels::<3>(pixels, width),
+        _ => mirror_pixels::<4>(pixels, width),
+    }
+}
+
+/// [`mirror`] for pixels of `C` bytes: each row is copied aside and its
+/// pixels written back in reverse, whole pixels at a time (a byte-by-byte
+/// swap cost several times as much).
+fn mirror_pixels<const C: usize>(pixels: &mut [u8], width: usize) {
+    let mut row_copy = vec![0u8; width * C];
+    for row in pixels.chunks_exact_mut(width * C) {
+        row_copy.copy_from_slice(row);
+        for (to, from) in row.chunks_exact_mut(C).zip(row_copy.chunks_exact(C).rev()) {
+            to.copy_from_slice(from);
         }
     }
 }

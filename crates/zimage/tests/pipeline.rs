@@ -251,21 +251,37 @@ fn crc32(bytes: &[u8]) -> u32 {
 #[test]
 fn a_flip_mirrors_the_image_on_a_coin_of_the_seed() {
     let (w, h) = (10, 4);
-    let rgb = noise(w * h * 3, 7);
-    let bytes = rgb_png(w, h, &rgb);
-    let mirrored: Vec<u8> = rgb
-        .chunks(w * 3)
-        .flat_map(|row| row.chunks(3).rev().flatten().copied().collect::<Vec<_>>())
-        .collect();
-    let p = Pipeline {
-        flip: true,
-        ..pipeline(h, w, Channels::Rgb)
-    };
-    let outs: Vec<Vec<u8>> = (0..64).map(|seed| run(&p, &bytes, seed).unwrap()).collect();
-    assert!(outs.iter().all(|o| *o == rgb || *o == mirrored));
-    let flipped = outs.iter().filter(|o| **o == mirrored).count();
-    assert!((16..=48).contains(&flipped), "{flipped} of 64 flipped");
-    assert_eq!(run(&p, &bytes, 9).unwrap(), outs[9], "the seed decides");
+    for (color, channels, c) in [
+        (png::ColorType::Grayscale, Channels::Gray, 1),
+        (png::ColorType::Rgb, Channels::Rgb, 3),
+        (png::ColorType::Rgba, Channels::Rgba, 4),
+    ] {
+        let pixels = noise(w * h * c, 7);
+        let bytes = png_of(
+            w as u32,
+            h as u32,
+            color,
+            png::BitDepth::Eight,
+            &pixels,
+            None,
+        );
+        let mirrored: Vec<u8> = pixels
+            .chunks(w * c)
+            .flat_map(|row| row.chunks(c).rev().flatten().copied().collect::<Vec<_>>())
+            .collect();
+        let p = Pipeline {
+            flip: true,
+            ..pipeline(h, w, channels)
+        };
+        let outs: Vec<Vec<u8>> = (0..64).map(|seed| run(&p, &bytes, seed).unwrap()).collect();
+        assert!(
+            outs.iter().all(|o| *o == pixels || *o == mirrored),
+            "{c} channels"
+        );
+        let flipped = outs.iter().filter(|o| **o == mirrored).count();
+        assert!((16..=48).contains(&flipped), "{flipped} of 64 flipped");
+        assert_eq!(run(&p, &bytes, 9).unwrap(), outs[9], "the seed decides");
+    }
 }
 
 #[test]

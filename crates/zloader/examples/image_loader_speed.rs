@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zimage::{decode, Channels, Crop, Pipeline, Scratch, DEFAULT_MAX_PIXELS};
-use zloader::{Layout, Loader, LoaderOptions, Stream};
+use zloader::{BadImages, Layout, Loader, LoaderOptions, Stream};
 use zrecord::{AppendOptions, Codec, Store};
 use zsampler::{Mode, Sampler};
 
@@ -71,7 +71,10 @@ fn main() {
                 .expect("an image");
         }
         let one_core = per_second(files.len(), start);
-        let stream = Stream::mixed(vec![store.clone()], Layout::Image(pipeline.clone()));
+        let stream = Stream::mixed(
+            vec![store.clone()],
+            Layout::Image(pipeline.clone(), BadImages::Fail),
+        );
         let sampler = Sampler::new(files.len() as u64, 256, Mode::Shuffle, 1).expect("a sampler");
         let options = LoaderOptions {
             num_workers: workers,

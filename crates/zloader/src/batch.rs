@@ -7,7 +7,7 @@ use zrecord::{BatchBuffer, Recycler};
 use crate::picker::Picker;
 
 use crate::error::{LoaderError, Result};
-use crate::stream::{Layout, Stream};
+use crate::stream::{BadImages, Layout, Stream};
 
 /// The gathered records of one step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +34,10 @@ pub struct Batch {
     /// One entry per stream: `None` for a fixed stream, the byte length of
     /// every record of the batch for a ragged one.
     pub lengths: Vec<Option<Vec<u32>>>,
+    /// One entry per stream: for an image stream that blanks bad images
+    /// ([`BadImages::Blank`]), whether each slot holds its decoded image;
+    /// `None` for every other stream.
+    pub decoded: Vec<Option<Vec<bool>>>,
 }
 
 /// What the workers share: the streams to read, the sampler or mixture that
@@ -59,6 +63,7 @@ impl Work {
         let seeds = std::cell::OnceCell::new();
         let mut buffers = Vec::with_capacity(self.streams.len());
         let mut lengths = Vec::with_capacity(self.streams.len());
+        let mut decoded = Vec::with_capacity(self.streams.len());
         for (stream_index, stream) in self.streams.iter().enumerate() {
             let parts = sources
                 .as_deref()
@@ -96,14 +101,16 @@ impl Work {
                     }
                     buffers.push(buffer);
                     lengths.push(None);
+                    decoded.push(None);
                 }
                 Layout::Ragged => {
                     let (buffer, record_lengths) =
                         gather_ragged(stream, &indices, mixed, step, gather_error)?;
                     buffers.push(buffer);
                     lengths.push(Some(record_lengths));
+                    decoded.push(None);
                 }
-                Layout::Image(pipeline) => {
+                Layout::Image(pipeline, bad) => {
                     let (encoded, record_lengths) =
                         gather_ragged(stream, &indices, mixed, step, gather_error)?;
                     let seeds = seeds.get_or_init(|| self.picker.sample_seeds(step));
@@ -111,25 +118,34 @@ impl Work {
                     let len = indices.len() * sample_len;
                     let mut buffer = BatchBuffer::new_in(&self.recycler, len)
                         .ok_or(LoaderError::OutOfMemory { step, bytes: len })?;
+                    let mut ok = vec![true; indices.len()];
                     SCRATCH.with_borrow_mut(|scratch| {
                         let mut at = 0usize;
                         let slots = buffer.chunks_exact_mut(sample_len);
                         for (k, (slot, &record_len)) in slots.zip(&record_lengths).enumerate() {
                             let image = &encoded[at..at + record_len as usize];
                             at += record_len as usize;
-                            pipeline
-                                .run(image, seeds[k], slot, scratch)
-                                .map_err(|source| LoaderError::Image {
-                                    step,
-                                    stream: stream_index,
-                                    index: indices[k],
-                                    source,
-                                })?;
+                            match pipeline.run(image, seeds[k], slot, scratch) {
+                                Ok(()) => {}
+                                Err(_) if *bad == BadImages::Blank => {
+                                    slot.fill(0);
+                                    ok[k] = false;
+                                }
+                                Err(source) => {
+                                    return Err(LoaderError::Image {
+                                        step,
+                                        stream: stream_index,
+                                        index: indices[k],
+                                        source,
+                                    })
+                                }
+                            }
                         }
-                        Ok::<(), LoaderError>(())
+                        Ok(())
                     })?;
                     buffers.push(buffer);
                     lengths.push(None);
+                    decoded.push((*bad == BadImages::Blank).then_some(ok));
                 }
             }
         }
@@ -140,6 +156,7 @@ impl Work {
             sources,
             buffers,
             lengths,
+            decoded,
         })
     }
 }

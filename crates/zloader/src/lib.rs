@@ -42,7 +42,7 @@ mod stream;
 pub use batch::Batch;
 pub use error::{LoaderError, Result};
 pub use loader::{Loader, LoaderOptions};
-pub use stream::{Layout, Stream};
+pub use stream::{BadImages, Layout, Stream};
 /// Batch memory lives in the store crate, which gathers into it on its own
 /// too; re-exported because [`Batch`] holds it.
 pub use zrecord::BatchBuffer;

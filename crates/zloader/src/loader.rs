@@ -119,7 +119,7 @@ impl Loader {
             }
             let sample_len = match &s.layout {
                 Layout::Fixed(record_len) => Some(*record_len),
-                Layout::Image(pipeline) => {
+                Layout::Image(pipeline, _) => {
                     pipeline.validate().map_err(|e| {
                         LoaderError::InvalidArgument(format!("stream {stream}: {e}"))
                     })?;
@@ -279,7 +279,7 @@ fn recycler_for(streams: &[Stream], batch: usize, ahead: usize) -> Arc<Recycler>
         .iter()
         .filter_map(|s| match &s.layout {
             Layout::Fixed(record_len) => BatchBuffer::capacity_for(record_len * batch),
-            Layout::Image(pipeline) => BatchBuffer::capacity_for(pipeline.sample_len() * batch),
+            Layout::Image(pipeline, _) => BatchBuffer::capacity_for(pipeline.sample_len() * batch),
             Layout::Ragged => None,
         })
         .fold(0usize, usize::saturating_add);

@@ -175,6 +175,7 @@ mod tests {
             sources: None,
             buffers: vec![],
             lengths: vec![],
+            decoded: vec![],
         })
     }
 

@@ -18,8 +18,20 @@ pub enum Layout {
     /// worker's thread into a fixed slot: sample `k` at byte
     /// `k * pipeline.sample_len()`. Its random crop and flip come from the
     /// sample's seed ([`zsampler::Sampler::sample_seeds`]), so they do not
-    /// depend on the worker or the run.
-    Image(Arc<zimage::Pipeline>),
+    /// depend on the worker or the run. What an image that cannot be
+    /// decoded does is the second field's choice.
+    Image(Arc<zimage::Pipeline>, BadImages),
+}
+
+/// What an image stream does with a record that is not a decodable image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadImages {
+    /// Its step fails ([`crate::LoaderError::Image`], naming the record).
+    Fail,
+    /// Its slot is left blank (every byte zero) and the batch marks it
+    /// ([`crate::Batch::decoded`]), so that one bad file among millions
+    /// does not stop a training run.
+    Blank,
 }
 
 /// A store gathered at every step of a loader (or, for a mixture, one

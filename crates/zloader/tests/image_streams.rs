@@ -1,12 +1,12 @@
 //! Image streams: encoded records decoded into fixed slots on the workers,
 //! each sample's crop and flip a function of its seed (so any worker count
 //! and any resume give the same pixels), and a bad image an error naming
-//! its record at its step.
+//! its record at its step, or a blank slot marked in the batch.
 
 use std::sync::Arc;
 
 use zimage::{Channels, Crop, Pipeline, DEFAULT_MAX_PIXELS};
-use zloader::{Layout, Loader, LoaderError, LoaderOptions, Stream};
+use zloader::{BadImages, Layout, Loader, LoaderError, LoaderOptions, Stream};
 use zrecord::{AppendOptions, Codec, Store};
 use zsampler::{Mode, Sampler};
 
@@ -68,7 +68,10 @@ fn options(num_workers: usize) -> LoaderOptions {
 fn each_slot_holds_its_records_pixels() {
     let dir = tempfile::tempdir().unwrap();
     let store = images(dir.path(), 20, None);
-    let stream = Stream::mixed(vec![store], Layout::Image(pipeline(Crop::Resize, false)));
+    let stream = Stream::mixed(
+        vec![store],
+        Layout::Image(pipeline(Crop::Resize, false), BadImages::Fail),
+    );
     let sampler = Sampler::new(20, 8, Mode::Shuffle, 3).unwrap();
     let loader = Loader::new(vec![stream], sampler, options(2)).unwrap();
     for _ in 0..6 {
@@ -94,7 +97,10 @@ fn random_crops_and_flips_do_not_depend_on_workers_or_resume() {
         true,
     );
     let run = |workers: usize, first: u64| -> Vec<Vec<u8>> {
-        let stream = Stream::mixed(vec![store.clone()], Layout::Image(augment.clone()));
+        let stream = Stream::mixed(
+            vec![store.clone()],
+            Layout::Image(augment.clone(), BadImages::Fail),
+        );
         let mut sampler = Sampler::new(30, 6, Mode::Shuffle, 9).unwrap();
         sampler.seek(first);
         let loader = Loader::new(vec![stream], sampler, options(workers)).unwrap();
@@ -109,7 +115,7 @@ fn random_crops_and_flips_do_not_depend_on_workers_or_resume() {
     let plain = {
         let stream = Stream::mixed(
             vec![store.clone()],
-            Layout::Image(pipeline(Crop::Resize, false)),
+            Layout::Image(pipeline(Crop::Resize, false), BadImages::Fail),
         );
         let sampler = Sampler::new(30, 6, Mode::Shuffle, 9).unwrap();
         let loader = Loader::new(vec![stream], sampler, options(1)).unwrap();
@@ -122,7 +128,10 @@ fn random_crops_and_flips_do_not_depend_on_workers_or_resume() {
 fn a_bad_image_fails_its_step_naming_the_record() {
     let dir = tempfile::tempdir().unwrap();
     let store = images(dir.path(), 12, Some(5));
-    let stream = Stream::mixed(vec![store], Layout::Image(pipeline(Crop::Resize, false)));
+    let stream = Stream::mixed(
+        vec![store],
+        Layout::Image(pipeline(Crop::Resize, false), BadImages::Fail),
+    );
     let sampler = Sampler::new(12, 4, Mode::Sequential, 0).unwrap();
     let loader = Loader::new(vec![stream], sampler, options(2)).unwrap();
     assert!(loader.next().is_ok());
@@ -136,6 +145,35 @@ fn a_bad_image_fails_its_step_naming_the_record() {
 }
 
 #[test]
+fn a_bad_image_is_blanked_and_marked_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = images(dir.path(), 12, Some(5));
+    let stream = Stream::mixed(
+        vec![store],
+        Layout::Image(pipeline(Crop::Resize, false), BadImages::Blank),
+    );
+    let sampler = Sampler::new(12, 4, Mode::Sequential, 0).unwrap();
+    let loader = Loader::new(vec![stream], sampler, options(2)).unwrap();
+    let slot = W * H * 3;
+    for step in 0..3 {
+        let batch = loader.next().unwrap();
+        let decoded = batch.decoded[0]
+            .as_ref()
+            .expect("a blanking stream marks its slots");
+        for (k, &index) in batch.indices.iter().enumerate() {
+            let pixels_of_slot = &batch.buffers[0][k * slot..(k + 1) * slot];
+            if index == 5 {
+                assert!(!decoded[k], "step {step}: record 5 is marked");
+                assert!(pixels_of_slot.iter().all(|&b| b == 0), "and blank");
+            } else {
+                assert!(decoded[k]);
+                assert_eq!(pixels_of_slot, pixels(index as usize).as_slice());
+            }
+        }
+    }
+}
+
+#[test]
 fn a_bad_pipeline_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let store = images(dir.path(), 4, None);
@@ -143,7 +181,7 @@ fn a_bad_pipeline_is_refused_at_start() {
         width: 0,
         ..(*pipeline(Crop::Resize, false)).clone()
     });
-    let stream = Stream::mixed(vec![store], Layout::Image(bad));
+    let stream = Stream::mixed(vec![store], Layout::Image(bad, BadImages::Fail));
     let sampler = Sampler::new(4, 2, Mode::Sequential, 0).unwrap();
     assert!(matches!(
         Loader::new(vec![stream], sampler, options(1)),
