@@ -1,7 +1,7 @@
 """The guides' Python blocks, run as tests.
 
 Every ```python block of docs/loader.md, docs/reliability.md,
-docs/compatibility.md and docs/data.md runs, in order, in one namespace per guide, in a
+docs/compatibility.md, docs/data.md and docs/images.md runs, in order, in one namespace per guide, in a
 temporary directory; each ``print(...)  # value`` line must print that value
 (``...`` in it matches anything), and a block must print nothing else. A
 block whose first line is ``# needs: jax`` (any comma-separated module
@@ -25,6 +25,7 @@ from conftest import loader_threads
 REPO = Path(__file__).resolve().parents[2]
 GUIDES = [
     "docs/loader.md", "docs/reliability.md", "docs/compatibility.md", "docs/data.md",
+    "docs/images.md",
 ]
 
 #: A fenced block, possibly indented (inside a list item) as a whole.
