@@ -146,7 +146,7 @@ class DataLoader:
                 generator per sample, seeded from (seed, step, position in
                 the global batch): the same draws after a resume, on any
                 number of workers or shards.
-            images: byte streams of encoded images (JPEG, PNG) to decode
+            images: byte streams of encoded images (JPEG, PNG, WebP) to decode
                 natively, by name: each is delivered as a fixed-shape array,
                 decoded, cropped, resized, flipped and normalised on the
                 native workers as its :class:`~loaderx.Images` says.

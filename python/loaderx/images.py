@@ -1,4 +1,4 @@
-"""Image streams: encoded images (JPEG, PNG) of a byte stream decoded,
+"""Image streams: encoded images (JPEG, PNG, WebP) of a byte stream decoded,
 cropped, resized, flipped and normalised natively, on the loader's worker
 threads and without the GIL, straight into a fixed-shape batch.
 
@@ -58,7 +58,7 @@ class Images:
 
     The box is resized with a bilinear filter that averages every source
     pixel when shrinking (Pillow's ``BILINEAR``). A record that is not a
-    JPEG or PNG, or is truncated, damaged, empty or over `max_pixels`, is a
+    JPEG, PNG or WebP, or is truncated, damaged, empty or over `max_pixels`, is a
     bad image (see `on_error`).
     """
 

@@ -1,10 +1,10 @@
 """Image streams: encoded images decoded natively into fixed-shape batches,
 against Pillow as the independent model: elpv-dataset's real PNGs
-bit-exact, JPEGs within 40 dB of Pillow's decode, resizes within one level
-of Pillow's bilinear; random crops and flips the same with any number of
-workers and after a resume; a bad image of each kind (truncated, wrong
-magic, a PNG bomb, empty) fails its step naming the record, or is blanked
-and marked when asked.
+bit-exact, JPEGs within 40 dB of Pillow's decode, WebPs as libwebp decodes
+them, resizes within one level of Pillow's bilinear; random crops and
+flips the same with any number of workers and after a resume; a bad image
+of each kind (truncated, wrong magic, a PNG bomb, empty) fails its step
+naming the record, or is blanked and marked when asked.
 """
 
 import io
@@ -70,6 +70,31 @@ def test_jpegs_decode_within_40_db_of_pillow(photos):
         want = np.asarray(Image.open(io.BytesIO(raw[k])).convert("RGB"), dtype=np.float64)
         mse = ((got[k].astype(np.float64) - want) ** 2).mean()
         assert 10 * np.log10(255 ** 2 / max(mse, 1e-12)) >= 40, k
+
+
+def test_webps_decode_as_libwebp_does(tmp_path, photos):
+    """Through Pillow's libwebp: lossless WebPs (RGB and RGBA) bit-exact,
+    lossy ones within 40 dB of libwebp's own decode."""
+    _, raw = photos
+    pictures = [Image.open(io.BytesIO(raw[k])).convert("RGB") for k in range(8)]
+    pictures[1] = pictures[1].convert("RGBA")
+    pictures[1].putalpha(Image.linear_gradient("L").resize(pictures[1].size))
+    files = []
+    for k, picture in enumerate(pictures):
+        out = io.BytesIO()
+        picture.save(out, format="WEBP", lossless=k < 4, quality=90)
+        files.append(out.getvalue())
+    ds = BytesDataset.write(tmp_path / "webp", files)
+    for channels, mode in [(3, "RGB"), (4, "RGBA")]:
+        (batch,) = batches(ds, Images((64, 96), channels=channels), 1)
+        for k in range(8):
+            want = np.asarray(Image.open(io.BytesIO(files[k])).convert(mode), dtype=np.float64)
+            got = batch["image"][k].astype(np.float64)
+            if k < 4:
+                assert np.array_equal(got, want), (mode, k)
+            else:
+                mse = ((got - want) ** 2).mean()
+                assert 10 * np.log10(255 ** 2 / max(mse, 1e-12)) >= 40, (mode, k)
 
 
 def test_resizes_are_within_one_level_of_pillows_bilinear(cells):

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use zimage::{Channels, Crop, Normalize, Pipeline, DEFAULT_MAX_PIXELS};
 use zloader::BadImages;
 
-/// An image stream's pipeline: decode (JPEG, PNG), cut a box (`crop`:
+/// An image stream's pipeline: decode (JPEG, PNG, WebP), cut a box (`crop`:
 /// `"resize"` the whole image, `"center"` a centre box of `fraction`,
 /// `"random"` a random-resized box of `scale` and `ratio`), resize to
 /// `height` x `width` (bilinear), mirror on a fair coin when `flip`, and

@@ -1,6 +1,9 @@
-//! Encoded bytes to pixels: JPEG and PNG, recognised by their magic, into
-//! 8-bit gray, RGB or RGBA.
+//! Encoded bytes to pixels: JPEG, PNG and WebP, recognised by their magic,
+//! into 8-bit gray, RGB or RGBA.
 
+use std::io::Cursor;
+
+use image_webp::WebPDecoder;
 use zune_core::bytestream::ZCursor;
 use zune_core::colorspace::ColorSpace;
 use zune_core::options::DecoderOptions;
@@ -14,10 +17,14 @@ use crate::error::ImageError;
 pub enum Format {
     Jpeg,
     Png,
+    WebP,
 }
 
 const JPEG_MAGIC: &[u8] = &[0xFF, 0xD8, 0xFF];
 const PNG_MAGIC: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
+/// A WebP file is a RIFF container (`RIFF`, its length, then `WEBP`).
+const RIFF_MAGIC: &[u8] = b"RIFF";
+const WEBP_MAGIC: &[u8] = b"WEBP";
 
 impl Format {
     /// The format of `bytes`, from its magic.
@@ -28,6 +35,8 @@ impl Format {
             Ok(Format::Jpeg)
         } else if bytes.starts_with(PNG_MAGIC) {
             Ok(Format::Png)
+        } else if bytes.starts_with(RIFF_MAGIC) && bytes.get(8..12) == Some(WEBP_MAGIC) {
+            Ok(Format::WebP)
         } else {
             Err(ImageError::UnknownFormat(
                 bytes[..bytes.len().min(8)].to_vec(),
@@ -39,6 +48,7 @@ impl Format {
         match self {
             Format::Jpeg => "JPEG",
             Format::Png => "PNG",
+            Format::WebP => "WebP",
         }
     }
 }
@@ -171,6 +181,19 @@ pub fn decode(
             convert(&decoded, from, channels, pixels);
             Ok(size)
         }
+        Format::WebP => {
+            let mut decoder =
+                WebPDecoder::new(Cursor::new(bytes)).map_err(|e| failed(e.to_string()))?;
+            let (width, height) = decoder.dimensions();
+            let size = check((width as usize, height as usize))?;
+            let from = if decoder.has_alpha() { 4 } else { 3 };
+            let mut decoded = vec![0; size.width * size.height * from];
+            decoder
+                .read_image(&mut decoded)
+                .map_err(|e| failed(e.to_string()))?;
+            convert(&decoded, from, channels, pixels);
+            Ok(size)
+        }
     }
 }
 
@@ -218,6 +241,8 @@ mod tests {
     fn formats_are_told_by_their_magic() {
         assert_eq!(Format::sniff(&[0xFF, 0xD8, 0xFF, 0xE0]), Ok(Format::Jpeg));
         assert_eq!(Format::sniff(PNG_MAGIC), Ok(Format::Png));
+        assert_eq!(Format::sniff(b"RIFF\0\0\0\0WEBPVP8 "), Ok(Format::WebP));
+        assert!(Format::sniff(b"RIFF\0\0\0\0WAVEfmt ").is_err());
         assert_eq!(Format::sniff(&[]), Err(ImageError::Empty));
         assert!(matches!(
             Format::sniff(b"GIF89a"),

@@ -10,7 +10,7 @@ pub enum ImageError {
     #[error("the image is empty (0 bytes)")]
     Empty,
     /// The bytes start with no magic of a format this crate reads.
-    #[error("not a JPEG or PNG image (first bytes {0:02x?})")]
+    #[error("not a JPEG, PNG or WebP image (first bytes {0:02x?})")]
     UnknownFormat(Vec<u8>),
     /// The header declares more pixels than allowed: a decompression bomb,
     /// or an image far larger than training uses.

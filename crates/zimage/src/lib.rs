@@ -1,4 +1,4 @@
-//! Encoded images (JPEG, PNG) into fixed-shape samples: the pipeline an
+//! Encoded images (JPEG, PNG, WebP) into fixed-shape samples: the pipeline an
 //! image stream of the loader runs on its gather threads.
 //!
 //! [`Pipeline::run`] decodes one image ([`decode`]), cuts the box its

@@ -14,7 +14,7 @@ pub enum Layout {
     /// Records of any length, packed back to back in batch order; the batch
     /// also carries every record's length ([`crate::Batch::lengths`]).
     Ragged,
-    /// Encoded images (JPEG, PNG), each run through the pipeline on the
+    /// Encoded images (JPEG, PNG, WebP), each run through the pipeline on the
     /// worker's thread into a fixed slot: sample `k` at byte
     /// `k * pipeline.sample_len()`. Its random crop and flip come from the
     /// sample's seed ([`zsampler::Sampler::sample_seeds`]), so they do not
