@@ -4,7 +4,8 @@
 #   -> cargo test (release) -> fuzz targets (corpus replay, 10 s each)
 #   -> foreign targets (cargo check for macOS, Windows,
 #   aarch64) -> wheels and sdist into dist/ -> extras the tests need
-#   (ml_dtypes, Pillow, tqdm) and real data (elpv-dataset, Fashion-MNIST)
+#   (ml_dtypes, Pillow, tqdm) and real data (elpv-dataset, Fashion-MNIST,
+#   the photographs of plasma-workspace-wallpapers)
 #   -> reference venv, jax (best
 #   effort) -> pytest tests/ (tests/packaging installs the wheels and sdist)
 # Stops at the first failure and says which step failed.
@@ -56,6 +57,7 @@ step "extras: ml, convert" bash -c '.venv/bin/python -c \
     || .venv/bin/python -m pip install --quiet --disable-pip-version-check "ml_dtypes>=0.3" \
        "Pillow>=9" "tqdm>=4.60" "pyarrow>=12" datasets webdataset elpv-dataset'
 step "real data: Fashion-MNIST" bash scripts/fashion-mnist.sh
+step "real data: photographs" bash scripts/wallpapers.sh
 
 if [ "${SKIP_REF050:-0}" != 1 ]; then
     # Best effort: makes tests/compat run against loaderx 0.5.0; never fails.
