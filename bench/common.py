@@ -88,6 +88,23 @@ def timed_loop(step, pool: np.ndarray, seconds: float, min_batches: int = 3,
     }
 
 
+def timed(loader, seconds: float, warmup: float = 0.3) -> float:
+    """Samples per second through `loader`, an iterable of batch dicts with a
+    `label` stream, for `seconds`. Its first batch and `warmup` seconds more
+    go untimed: the first waits for the start-up while the workers fill their
+    prefetch buffers, and the warm-up drains them, so the timing starts in
+    the steady state instead of counting batches made before it."""
+    it = iter(loader)
+    next(it)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warmup:
+        next(it)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        n += len(next(it)["label"])
+    return n / (time.perf_counter() - t0)
+
+
 def median(xs):
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None

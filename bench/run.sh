@@ -5,6 +5,8 @@
 #   bash bench/run.sh --quick    # smoke test (~3 min): small N, 1 s timings; writes bench/out/ only
 #   bash bench/run.sh convert    # only the conversion benchmark (bench/convert.sh)
 #   bash bench/run.sh training   # only the training-feature benchmark (bench/training_bench.py)
+#   bash bench/run.sh images     # only the image-pipeline benchmark (bench/image_bench.py;
+#                                # this mode also installs tensorflow-cpu into bench/.venv)
 #
 # A full run and --quick end with the conversion benchmark (bench/convert.sh:
 # docs/benchmarks-convert.{md,png}, or bench/out/ for --quick) and the
@@ -31,9 +33,13 @@ if [ "${1:-}" = convert ]; then
     exec bash bench/convert.sh "$@"
 fi
 TRAINING=
+IMAGES=
 if [ "${1:-}" = training ]; then
     shift
     TRAINING=1
+elif [ "${1:-}" = images ]; then
+    shift
+    IMAGES=1
 fi
 ROOT=$PWD
 VENV="$ROOT/bench/.venv"
@@ -55,11 +61,14 @@ declare -A MODULE=(
     [numpy]=numpy [matplotlib]=matplotlib [maturin]=maturin
     [lmdb]=lmdb [h5py]=h5py [pyarrow]=pyarrow
     [array-record]=array_record.python.array_record_module [grain]=grain
-    [Pillow]=PIL [simplejpeg]=simplejpeg
+    [Pillow]=PIL [simplejpeg]=simplejpeg [tensorflow-cpu]=tensorflow
 )
+PACKAGES=(numpy matplotlib maturin lmdb h5py pyarrow array-record grain Pillow simplejpeg)
+# tf.data is a peer of the image benchmark only, and a large download.
+if [ -n "$IMAGES" ]; then PACKAGES+=(tensorflow-cpu); fi
 INSTALL_JSON="$OUT/install.json"
 status=()
-for pkg in numpy matplotlib maturin lmdb h5py pyarrow array-record grain Pillow simplejpeg; do
+for pkg in "${PACKAGES[@]}"; do
     mod=${MODULE[$pkg]}
     if [ "$pkg" = maturin ]; then check=(test -x "$VENV/bin/maturin"); else check=("$VPY" -c "import $mod"); fi
     if ! "${check[@]}" >/dev/null 2>&1; then
@@ -118,6 +127,9 @@ fi
 if [ -n "$TRAINING" ]; then
     bash scripts/fashion-mnist.sh
     exec "$VPY" bench/training_bench.py "$@"
+fi
+if [ -n "$IMAGES" ]; then
+    exec "$VPY" bench/image_bench.py "$@"
 fi
 "$VPY" bench/harness.py "$@"
 

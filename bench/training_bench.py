@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common import timed
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 FASHION = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
@@ -52,18 +54,6 @@ ROW = 1024
 def cpu_seconds():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def timed(loader, seconds, warmup=0.3):
-    """Samples per second through `loader` for `seconds` (after `warmup`)."""
-    it = iter(loader)
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < warmup:
-        next(it)
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        n += len(next(it)["label"])
-    return n / (time.perf_counter() - t0)
 
 
 def tables(tmp):
