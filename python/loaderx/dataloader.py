@@ -32,6 +32,7 @@ from .loader_args import (
     shard_arg,
     stream_lengths,
     streams_arg,
+    transform_mode_arg,
 )
 from .loader_state import STATE_VERSION  # noqa: F401 - loaderx.dataloader.STATE_VERSION
 from .loader_state import check_state, identity, state_at
@@ -40,8 +41,9 @@ from .bytes_dataset import BytesDataset
 from .images import Images
 from .mixture import SOURCE, Mixture
 from .ragged import RaggedDataset
-from .sample_rngs import SampleRngs
+from .batch_work import BatchWork
 from .transform_pool import TransformPool, with_note
+from .transform_processes import TransformProcesses
 
 
 class DataLoader:
@@ -116,6 +118,9 @@ class DataLoader:
         last_batch: str = "partial",
         sample_rngs: bool = False,
         images: Mapping[str, Images] | None = None,
+        map: Callable[..., Any] | None = None,
+        transform_mode: str = "thread",
+        start_method: str | None = None,
     ) -> None:
         """Starts the loader.
 
@@ -128,14 +133,15 @@ class DataLoader:
                 consumer, 1 to 1024; each holds a whole batch in memory.
             seed: the sampler's seed, 0 to 2**64 - 1.
             transform: applied to every batch (see the class docstring), on
-                `transform_workers` Python threads; its exceptions are raised
-                by ``next()`` at that batch's step, with their traceback.
+                `transform_workers` Python threads (or processes); its
+                exceptions are raised by ``next()`` at that batch's step,
+                with their traceback.
             shard: ``(index, count)``: this process's part of each global
                 batch.
             state: a :meth:`state_dict` to resume from.
-            transform_workers: threads running `transform` ahead of the
-                consumer (default 1 with a transform, 0 without), 0 to 1024;
-                0 runs it in the consuming thread.
+            transform_workers: threads (or processes) running `map` and
+                `transform` ahead of the consumer (default 1 with either, 0
+                without), 0 to 1024; 0 runs them in the consuming thread.
             pad: pad ragged streams to the batch's largest shape: True for
                 all of them, or the names of those to pad.
             epochs: make a finite pass of that many epochs (None: endless).
@@ -150,6 +156,26 @@ class DataLoader:
                 natively, by name: each is delivered as a fixed-shape array,
                 decoded, cropped, resized, flipped and normalised on the
                 native workers as its :class:`~loaderx.Images` says.
+            map: applied to each sample before `transform`: ``map(sample)``
+                (``map(sample, rng)`` with `sample_rngs`), `sample` a dict
+                of the sample's value in every stream; the results make the
+                batch: dicts with the same keys become a dict whose values
+                are stacked into arrays where they are arrays or numbers of
+                one shape and dtype (lists otherwise), other results an
+                array or a list.
+            transform_mode: ``'thread'`` (the default) runs `map` and
+                `transform` on Python threads; ``'process'`` in
+                `transform_workers` processes (at least 1), so that Python
+                code holding the GIL runs on as many cores. Batches reach
+                them and come back through shared memory; their exceptions
+                are raised by ``next()`` at their step, with the process's
+                traceback as a note, and a process that dies fails its step
+                with an error naming the signal (a new one takes its place).
+            start_method: the multiprocessing start method of the
+                processes (``'fork'``, ``'spawn'``, ``'forkserver'``; None:
+                multiprocessing's default). With spawn and forkserver the
+                functions are pickled: one that cannot be is a TypeError
+                here.
 
         Raises:
             ValueError: the streams' lengths differ, a dataset is empty or
@@ -162,6 +188,7 @@ class DataLoader:
                 is not a count).
         """
         self._pool: TransformPool | None = None
+        self._processes: TransformProcesses | None = None
         mixture = dataset if isinstance(dataset, Mixture) else None
         if mixture is not None:
             if labelset is not None:
@@ -175,19 +202,22 @@ class DataLoader:
         batch_size = positive("batch_size", batch_size)
         prefetch_size = positive("prefetch_size", prefetch_size, MAX_PREFETCH)
         seed = non_negative("seed", seed, MAX_SEED)
-        if transform is not None and not callable(transform):
-            raise TypeError("transform must be callable")
+        for name, fn in (("transform", transform), ("map", map)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable")
+        python_work = transform is not None or map is not None
         if transform_workers is None:
-            transform_workers = 0 if transform is None else 1
+            transform_workers = 1 if python_work else 0
         transform_workers = non_negative("transform_workers", transform_workers, MAX_WORKERS)
+        transform_mode_arg(transform_mode, python_work, transform_workers)
         shard = shard_arg(shard)
         padded = pad_arg(pad, streams)
         decoded = images_arg(images, streams)
         epochs, last_batch = pass_args(epochs, last_batch, streams)
         if mixture is not None and epochs is not None:
             raise ValueError("a Mixture is endless: epochs= is for a dataset or a table")
-        if sample_rngs and transform is None:
-            raise ValueError("sample_rngs=True needs a transform to hand the generators to")
+        if sample_rngs and not python_work:
+            raise ValueError("sample_rngs=True needs a transform or map to hand the generators to")
 
         self.dataset = dataset
         self.labelset = labelset
@@ -204,9 +234,7 @@ class DataLoader:
                 next(iter(lengths.values())), batch_size, mode, seed, shard=shard,
                 epochs=epochs, last_batch=last_batch,
             )
-        self._legacy_pair = labelset is not None
-        self._sample_rngs = bool(sample_rngs)
-        self._transform = transform
+        self._batch_work = BatchWork(transform, map, labelset is not None, bool(sample_rngs))
         self._num_workers = num_workers
         self._prefetch_size = prefetch_size
         self._transform_workers = transform_workers
@@ -217,39 +245,37 @@ class DataLoader:
         self._identity = identity(self.sampler, self._adapters, lengths)
         step = 0 if state is None else check_state(state, self._identity)
         self._closed_step = step
+        # The processes start before this loader's native threads: a fork
+        # then copies no thread of its own in the middle of its work.
+        if transform_mode == "process":
+            self._processes = TransformProcesses(self._batch_work, transform_workers, start_method)
         self._start(step)
 
     # -- construction -----------------------------------------------------------
 
     def _work(self) -> Callable[[Any], Any]:
         """What turns a native batch into the delivered one: the streams'
-        arrays, then the transform. References no DataLoader."""
+        arrays, then the map and transform, here or in a transform process.
+        References no DataLoader."""
         assemble = assembler(self._adapters)
-        transform = self._transform
-        legacy_pair = self._legacy_pair
+        batch_work = self._batch_work
+        processes = self._processes
         sampler = self.sampler
         padded = getattr(sampler, "last_batch", None) == "pad"
-        rngs = self._sample_rngs
+        seeded = batch_work.sample_rngs
 
         def work(item: Any) -> Any:
             batch = assemble(item)
             step, indices, _, sources = item
             if sources is not None:
                 batch[SOURCE] = sources
-            valid = None
-            if padded:
-                valid = np.arange(len(indices)) < sampler.valid_len(step)
-            if transform is not None:
-                args = [(batch["data"], batch["label"]) if legacy_pair else batch]
-                if rngs:
-                    args.append(SampleRngs(sampler.sample_seeds(step)))
-                if legacy_pair:
-                    data, label = transform(*args)
-                    batch = {"data": data, "label": label}
-                else:
-                    batch = transform(*args)
-            if valid is not None and isinstance(batch, dict):
-                batch[VALID] = valid
+            seeds = sampler.sample_seeds(step) if seeded else None
+            if processes is not None:
+                batch = processes.run(step, batch, seeds)
+            elif batch_work.active:
+                batch = batch_work(batch, seeds)
+            if padded and isinstance(batch, dict):
+                batch[VALID] = np.arange(len(indices)) < sampler.valid_len(step)
             return batch
 
         return work
@@ -360,9 +386,14 @@ class DataLoader:
     # -- lifetime ---------------------------------------------------------------
 
     def close(self) -> None:
-        """Stops and joins the worker threads and releases the datasets.
-        Prompt in every state; idempotent."""
+        """Stops and joins the worker threads (and transform processes) and
+        releases the datasets. Prompt in every state; idempotent."""
         pool = getattr(self, "_pool", None)
+        processes = getattr(self, "_processes", None)
+        if processes is not None:
+            # First, so that a thread waiting on a process wakes at once.
+            self._processes = None
+            processes.close()
         if pool is not None:
             self._closed_step = pool.next_step
             self._pool = None

@@ -182,3 +182,20 @@ def pass_args(
             f"a padded pass adds a {VALID!r} stream to each batch, and a stream has that name"
         )
     return epochs, last_batch
+
+
+#: Where ``transform_mode=`` runs the map and transform.
+TRANSFORM_MODES = ("thread", "process")
+
+
+def transform_mode_arg(mode: Any, python_work: bool, workers: int) -> None:
+    """Checks ``transform_mode=`` against the rest: processes need work to
+    run and at least one of them (the consuming thread never talks to a
+    process itself, so that Ctrl-C cannot cut a process's exchange short)."""
+    if mode not in TRANSFORM_MODES:
+        raise ValueError(f"transform_mode must be one of {TRANSFORM_MODES}, not {mode!r}")
+    if mode == "process":
+        if not python_work:
+            raise ValueError("transform_mode='process' needs a transform or a map to run")
+        if workers < 1:
+            raise ValueError("transform_mode='process' needs transform_workers >= 1")

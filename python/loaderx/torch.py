@@ -17,7 +17,8 @@ iterable otherwise), for code that expects one::
         ...
 
 Use it with ``batch_size=None`` (the loader batches) and ``num_workers=0``
-(the loader has its own threads). Importing this module does not import
+(the loader has its own threads; for Python transforms on many cores, give
+it ``transform_mode='process'`` and ``transform_workers=`` instead). Importing this module does not import
 torch; :class:`IterableLoader` and :func:`as_tensors` do, when used.
 """
 

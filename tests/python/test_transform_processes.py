@@ -1,0 +1,279 @@
+"""Transforms in worker processes (transform_mode='process'): the same
+batches as threads, in step order, with every start method; exact resume;
+per-sample maps; a worker's exception raised at its step with its
+traceback; a killed worker an error naming the step and the signal, the
+loader going on; close() prompt in every state; no process, descriptor or
+shared-memory segment left after many loaders, nor after the parent is
+killed; clear refusals (an unpicklable transform under spawn, a daemonic
+parent).
+"""
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import loaderx
+from loaderx import DataLoader, Dataset, Sampler
+
+from conftest import WATCHDOG, returns_within
+
+METHODS = [m for m in ("fork", "spawn", "forkserver")
+           if m in multiprocessing.get_all_start_methods()]
+
+
+@pytest.fixture
+def streams(tmp_path):
+    rng = np.random.default_rng(3)
+    x = Dataset.write(tmp_path / "x", rng.integers(0, 256, (240, 16, 8), dtype=np.uint8))
+    y = Dataset.write(tmp_path / "y", np.arange(240, dtype=np.int64))
+    yield {"x": x, "y": y}
+    x.close(), y.close()
+
+
+def square_sum(batch):
+    """A transform that keeps a stream, drops one and adds one."""
+    x = batch["x"].astype(np.int64)
+    return {"x": batch["x"], "s": (x * x).sum(axis=(1, 2)), "pid": os.getpid(),
+            "y": batch["y"]}
+
+
+def noisy(sample, rng):
+    """A per-sample map with the sample's generator."""
+    return {"x": sample["x"].mean() + rng.standard_normal(), "y": sample["y"],
+            "tags": list(range(int(sample["y"]) % 3))}
+
+
+def fail_at_label_100(batch):
+    if 100 in batch["y"]:
+        raise KeyError("label 100 is cursed")
+    return batch
+
+
+def die_at_label_100(batch):
+    if 100 in batch["y"]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return batch
+
+
+def sleep_long(batch):
+    time.sleep(60)
+    return batch
+
+
+def children():
+    """The pids of this process's live children (Linux /proc), less those
+    that outlive every loader by design (multiprocessing's forkserver and
+    resource tracker, once started)."""
+    me = str(os.getpid())
+    lasting = _lasting()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if fields[1] == me and fields[0] != "Z" and int(pid) not in lasting:
+            found.append(int(pid))
+    return found
+
+
+def _lasting():
+    """multiprocessing's own lasting helpers, started here once if at all."""
+    from multiprocessing import forkserver, resource_tracker
+
+    pids = set()
+    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
+        pid = getattr(helper, "_forkserver_pid", None) or getattr(helper, "_pid", None)
+        if pid:
+            pids.add(pid)
+    return pids
+
+
+def take(loader, n):
+    return [next(loader) for _ in range(n)]
+
+
+def same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], np.ndarray):
+            assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
+        else:
+            assert a[k] == b[k], k
+
+
+def loader(streams, **kw):
+    options = dict(batch_size=16, mode=Sampler.Mode.SHUFFLE, seed=7, num_workers=2)
+    options.update(kw)
+    return DataLoader(streams, **options)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_processes_give_the_threads_batches_in_step_order(streams, method):
+    with loader(streams, transform=square_sum) as threads:
+        want = take(threads, 20)
+    with loader(streams, transform=square_sum, transform_mode="process",
+                transform_workers=2, start_method=method) as processes:
+        got = take(processes, 20)
+    pids = {b.pop("pid") for b in got}
+    assert os.getpid() not in pids and len(pids) >= 1
+    for w, g in zip(want, got):
+        w.pop("pid")
+        same(w, g)
+    assert children() == []
+
+
+def test_resume_with_processes_is_bit_identical(streams):
+    kw = dict(transform=square_sum, transform_mode="process", transform_workers=2)
+    with loader(streams, **kw) as whole:
+        want = take(whole, 12)
+    with loader(streams, **kw) as first:
+        take(first, 5)
+        state = first.state_dict()
+    with loader(streams, state=state, **kw) as second:
+        got = take(second, 7)
+    for w, g in zip(want[5:], got):
+        w.pop("pid"), g.pop("pid")
+        same(w, g)
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_map_runs_per_sample_and_its_results_are_stacked(streams, mode):
+    with loader(streams, map=noisy, sample_rngs=True, transform_mode=mode,
+                transform_workers=2) as it:
+        batches = take(it, 4)
+    with loader(streams) as plain:
+        raw = take(plain, 4)
+    for b, r in zip(batches, raw):
+        assert b["x"].dtype == np.float64 and b["x"].shape == (16,)
+        assert np.array_equal(b["y"], r["y"])
+        assert b["tags"] == [list(range(int(y) % 3)) for y in r["y"]]
+        # The sample's generator is (seed, step, position)'s: the noise is
+        # the same in threads and processes.
+        assert np.all(np.abs(b["x"] - r["x"].mean(axis=(1, 2))) < 6)
+    if mode == "process":
+        with loader(streams, map=noisy, sample_rngs=True) as threads:
+            for b, t in zip(batches, take(threads, 4)):
+                same(b, t)
+
+
+def test_a_workers_exception_is_raised_at_its_step_with_its_traceback(streams):
+    with loader(streams, mode=Sampler.Mode.SEQUENTIAL, transform=fail_at_label_100,
+                transform_mode="process", transform_workers=2) as it:
+        take(it, 6)  # labels 0..95
+        with pytest.raises(KeyError, match="cursed") as raised:
+            next(it)  # step 6: labels 96..111
+        notes = "".join(getattr(raised.value, "__notes__", []))
+        assert "fail_at_label_100" in notes and "step 6" in notes
+        assert next(it)["y"][0] == 112, "the next step is delivered"
+
+
+def test_a_killed_worker_fails_its_step_naming_the_signal(streams):
+    with loader(streams, mode=Sampler.Mode.SEQUENTIAL, transform=die_at_label_100,
+                transform_mode="process", transform_workers=2) as it:
+        take(it, 6)
+        with pytest.raises(RuntimeError, match=r"killed by SIGKILL .*step 6"):
+            next(it)
+        assert next(it)["y"][0] == 112, "a new process takes the dead one's place"
+        assert len(children()) == 2
+    assert children() == []
+
+
+def test_close_is_prompt_while_processes_are_busy(streams):
+    it = loader(streams, transform=sleep_long, transform_mode="process", transform_workers=2)
+    time.sleep(0.5)  # both processes inside the transform
+    started = time.monotonic()
+    returns_within(it.close)
+    assert time.monotonic() - started < 5
+    assert children() == []
+
+
+def test_no_process_descriptor_or_segment_survives_many_loaders(streams):
+    def fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    def segments():
+        return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+    with loader(streams, transform=square_sum, transform_mode="process") as warm:
+        next(warm)
+    before = (fds(), segments())
+    for _ in range(200):
+        with loader(streams, transform=square_sum, transform_mode="process") as it:
+            next(it)
+    assert children() == []
+    assert (fds(), segments()) == before
+
+
+PARENT = """
+import os, sys, time
+import numpy as np
+import loaderx
+sys.path.insert(0, {tests!r})
+from test_transform_processes import square_sum
+x = loaderx.Dataset.write({x!r}, np.zeros((64, 4, 2), np.uint8))
+y = loaderx.Dataset.write({y!r}, np.arange(64, dtype=np.int64))
+it = loaderx.DataLoader({{'x': x, 'y': y}}, batch_size=8, transform=square_sum,
+                        transform_mode='process', transform_workers=2)
+next(it)
+print(' '.join(str(p.process.pid) for p in it._processes.all), flush=True)
+time.sleep(600)
+"""
+
+
+def test_killing_the_parent_leaves_no_worker_behind(tmp_path):
+    script = PARENT.format(tests=os.path.dirname(__file__), x=str(tmp_path / "x"),
+                           y=str(tmp_path / "y"))
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(WATCHDOG)
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(f"/proc/{p}") for p in pids):
+            assert time.monotonic() < deadline, "a worker outlived its parent"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_refusals_are_clear(streams):
+    if "spawn" in METHODS:
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            loader(streams, transform=lambda b: b, transform_mode="process",
+                   start_method="spawn")
+    with pytest.raises(ValueError, match="transform or a map"):
+        loader(streams, transform_mode="process")
+    with pytest.raises(ValueError, match="transform_workers >= 1"):
+        loader(streams, transform=square_sum, transform_mode="process", transform_workers=0)
+    with pytest.raises(ValueError, match="transform_mode"):
+        loader(streams, transform=square_sum, transform_mode="fiber")
+    assert children() == []
+
+
+def build_in_a_daemon(paths):
+    """Run in a multiprocessing pool's (daemonic) worker."""
+    x, y = (loaderx.Dataset(p) for p in paths)
+    try:
+        DataLoader({"x": x, "y": y}, transform=square_sum, transform_mode="process")
+    except RuntimeError as e:
+        return str(e)
+    return "started"
+
+
+def test_a_daemonic_parent_is_refused_clearly(streams, tmp_path):
+    paths = [str(tmp_path / "x"), str(tmp_path / "y")]
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        said = pool.apply(build_in_a_daemon, (paths,))
+    assert "daemonic" in said and "transform_mode='thread'" in said
