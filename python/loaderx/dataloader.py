@@ -391,7 +391,11 @@ class DataLoader:
         pool = getattr(self, "_pool", None)
         processes = getattr(self, "_processes", None)
         if processes is not None:
-            # First, so that a thread waiting on a process wakes at once.
+            # The processes go before the threads are joined, so that a
+            # thread waiting on one wakes at once; its error, after the
+            # pool has stopped, is dropped.
+            if pool is not None:
+                pool.stop()
             self._processes = None
             processes.close()
         if pool is not None:

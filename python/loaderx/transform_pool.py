@@ -206,15 +206,21 @@ class TransformPool:
                 cond.notify_all()
             del result
 
-    def close(self) -> None:
-        if os.getpid() != self.pid:
-            return  # the threads do not exist here; the locks may be copied mid-use
-        _LIVE.discard(self)
-        if self.threads:
+    def stop(self) -> None:
+        """Delivers nothing more: a result that comes in later (an error of
+        work cut short by the closing) is dropped, and a waiting consumer
+        gets StopIteration."""
+        if self.threads and os.getpid() == self.pid:
             with self.cond:
                 self.stopped = True
                 self.results.clear()
                 self.cond.notify_all()
+
+    def close(self) -> None:
+        if os.getpid() != self.pid:
+            return  # the threads do not exist here; the locks may be copied mid-use
+        _LIVE.discard(self)
+        self.stop()
         self.native.close()
         deadline = time.monotonic() + _JOIN_TIMEOUT
         current = threading.current_thread()

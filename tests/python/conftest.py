@@ -83,13 +83,17 @@ def returns_within(call, seconds=WATCHDOG):
 
 def close_under_a_waiting_consumer(loader):
     """Closes `loader` from this thread while another thread iterates it,
-    and checks that close() returns and the consumer's loop ends."""
+    and checks that close() returns and the consumer's loop ends, without
+    an error."""
     ended = threading.Event()
+    raised = []
 
     def consume():
         try:
             for _ in loader:
                 pass
+        except BaseException as e:  # noqa: BLE001: checked below
+            raised.append(e)
         finally:
             ended.set()
 
@@ -99,6 +103,7 @@ def close_under_a_waiting_consumer(loader):
     returns_within(loader.close)
     assert ended.wait(WATCHDOG), "the consumer did not end after close()"
     t.join()
+    assert raised == [], f"the consumer's loop raised {raised[0]!r} instead of ending"
 
 
 def loader_threads():

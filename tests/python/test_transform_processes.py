@@ -1,8 +1,8 @@
 """Transforms in worker processes (transform_mode='process'): the same
 batches as threads, in step order, with every start method; exact resume;
 per-sample maps; a worker's exception raised at its step with its
-traceback; a killed worker an error naming the step and the signal, the
-loader going on; close() prompt in every state; no process, descriptor or
+traceback; a killed or crashed worker an error naming the step and the
+signal, the loader going on; close() prompt in every state; no process, descriptor or
 shared-memory segment left after many loaders, nor after the parent is
 killed; clear refusals (an unpicklable transform under spawn, a daemonic
 parent).
@@ -22,7 +22,7 @@ import pytest
 import loaderx
 from loaderx import DataLoader, Dataset, Sampler
 
-from conftest import WATCHDOG, returns_within
+from conftest import WATCHDOG, close_under_a_waiting_consumer, returns_within
 
 METHODS = [m for m in ("fork", "spawn", "forkserver")
            if m in multiprocessing.get_all_start_methods()]
@@ -59,6 +59,14 @@ def fail_at_label_100(batch):
 def die_at_label_100(batch):
     if 100 in batch["y"]:
         os.kill(os.getpid(), signal.SIGKILL)
+    return batch
+
+
+def segfault_at_label_100(batch):
+    if 100 in batch["y"]:
+        import ctypes
+
+        ctypes.string_at(0)  # a crash in native code
     return batch
 
 
@@ -176,11 +184,13 @@ def test_a_workers_exception_is_raised_at_its_step_with_its_traceback(streams):
         assert next(it)["y"][0] == 112, "the next step is delivered"
 
 
-def test_a_killed_worker_fails_its_step_naming_the_signal(streams):
-    with loader(streams, mode=Sampler.Mode.SEQUENTIAL, transform=die_at_label_100,
+@pytest.mark.parametrize(("transform", "signame"), [(die_at_label_100, "SIGKILL"),
+                                                    (segfault_at_label_100, "SIGSEGV")])
+def test_a_killed_worker_fails_its_step_naming_the_signal(streams, transform, signame):
+    with loader(streams, mode=Sampler.Mode.SEQUENTIAL, transform=transform,
                 transform_mode="process", transform_workers=2) as it:
         take(it, 6)
-        with pytest.raises(RuntimeError, match=r"killed by SIGKILL .*step 6"):
+        with pytest.raises(RuntimeError, match=rf"killed by {signame} .*step 6"):
             next(it)
         assert next(it)["y"][0] == 112, "a new process takes the dead one's place"
         assert len(children()) == 2
@@ -193,6 +203,10 @@ def test_close_is_prompt_while_processes_are_busy(streams):
     started = time.monotonic()
     returns_within(it.close)
     assert time.monotonic() - started < 5
+    assert children() == []
+    # And with a consumer waiting in next() on another thread.
+    it = loader(streams, transform=sleep_long, transform_mode="process", transform_workers=2)
+    close_under_a_waiting_consumer(it)
     assert children() == []
 
 
