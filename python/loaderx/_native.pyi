@@ -259,6 +259,12 @@ class ImagePipeline:
     @property
     def sample_len(self) -> int: ...
 
+class BatchMemory:
+    """The owner (a NumPy ``base``) of a batch's memory."""
+
+    @property
+    def fd(self) -> int | None: ...
+
 class Loader:
     """Gathers batches of several stores in lockstep on worker threads."""
 
@@ -271,6 +277,7 @@ class Loader:
         prefetch_size: int = 4,
         *,
         step: int | None = None,
+        shared_memory: bool = False,
     ) -> None: ...
     @property
     def next_step(self) -> int: ...

@@ -287,8 +287,10 @@ class DataLoader:
             # A mixture: each stream reads from one store per source.
             stores = [list(column) for column in zip(*(s for s, _ in per_source))]
         record_lens = per_source[0][1]
+        # Batches for processes are gathered into memory they can map.
         native = Loader(stores, record_lens, self.sampler, self._num_workers,
-                        self._prefetch_size, step=step)
+                        self._prefetch_size, step=step,
+                        shared_memory=self._processes is not None)
         workers = self._transform_workers
         self._pool = TransformPool(
             native, self._work(), workers, ahead=workers + 1,

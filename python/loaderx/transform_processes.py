@@ -8,16 +8,21 @@ threads of ``transform_pool.py`` still order, bound and deliver the
 batches: each hands a step's batch to an idle process and waits for its
 result without the GIL.
 
-Batches travel through shared memory, not pickles. Each process has an
-input and an output arena: a file made with ``memfd_create`` (nameless, so
-nothing is left in /dev/shm whatever happens; an unlinked temporary file
-where there is no memfd), mapped by the parent and the process. The
-parent copies a batch's arrays into the input arena; the process runs the
-work on arrays that view it, writes the result's arrays into its output
-arena, and the parent copies them out (the consumer may keep a batch as
-long as it likes, and the arena is reused for the next one). Only the
-batch's structure (keys, dtypes, shapes, offsets) and what is not an array
-(a byte stream's items) go through the pipe.
+Batches travel through shared memory, not pickles. The native loader of
+a DataLoader with processes gathers its big batch buffers into shared
+memory files (``Loader(..., shared_memory=True)``); a process is sent each
+file's descriptor once (SCM_RIGHTS) and keeps it mapped, so it works on the
+gathered batch itself, and an array it passes through or changes in place
+comes back as that same memory, without a copy. Everything else goes
+through two arenas per process, an input and an output one: files made
+with ``memfd_create`` (nameless, so nothing is left in /dev/shm whatever
+happens; an unlinked temporary file where there is no memfd), which the
+parent and the process both map. The parent copies a small or private
+array into the input arena; the process writes the arrays it makes into
+its output arena, and the parent copies them out (the consumer may keep a
+batch as long as it likes, and the arena is reused). Only the batch's
+structure (keys, dtypes, shapes, places) and what is not an array (a byte
+stream's items) go through the pipe.
 
 A process dies with the loader: it exits when told to, when its pipe
 closes, when it finds its parent gone (checked twice a second while it
@@ -28,6 +33,7 @@ waits), and on Linux at once when the parent process dies
 from __future__ import annotations
 
 import atexit
+import collections
 import mmap
 import multiprocessing
 import os
@@ -44,6 +50,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from ._native import BatchMemory
 from .transform_pool import with_note
 
 #: Where arrays start in an arena: a cache line, so that the copies run at
@@ -53,19 +60,29 @@ _ALIGN = 64
 #: How often a waiting process checks that its parent is still there.
 _PARENT_CHECK = 0.5
 
+#: How many shared batch buffers a process keeps mapped: a loader's
+#: recycled buffers (steps ahead plus those with the consumer, per
+#: stream) in the usual configurations.
+_MAPPED = 32
+
 #: How long close() waits for a process to exit before it kills it.
 _EXIT_TIMEOUT = 0.5
 
 
+#: Where a packed array is: in the arena its writer wrote it to, or in
+#: the arena that the batch came in (a result passed through); a tuple is
+#: the key of a shared batch buffer (its file's device and inode).
+WRITTEN, CAME_IN = 0, 1
+
+
 class _Array(NamedTuple):
-    """An array's place in an arena, in a batch's structure: in the arena
-    written for it, or (`in_input`) where the batch that came in already
-    holds it."""
+    """An array's place in a batch's structure: `offset` bytes into the
+    memory `where` says."""
 
     offset: int
     dtype: np.dtype
     shape: tuple[int, ...]
-    in_input: bool = False
+    where: int | tuple[int, int] = WRITTEN
 
 
 class Arena:
@@ -121,85 +138,98 @@ def _plain_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) and not value.dtype.hasobject
 
 
-def pack(value: Any, arena: Arena, came_in: Arena | None = None) -> Any:
-    """`value`'s structure, its arrays copied into `arena` (grown to hold
-    them) and replaced by their places; an array that is a whole contiguous
-    part of `came_in` (a batch passed through) is only pointed at. Dicts,
-    lists and tuples are walked; anything else is left for the pipe to
-    pickle."""
-    arrays: list[np.ndarray] = []
-    end = 0
-    start, stop = _span(came_in)
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
 
-    def place(v: Any) -> Any:
-        nonlocal end
-        if _plain_array(v):
-            at = v.__array_interface__["data"][0]
-            if start <= at and at + v.nbytes <= stop and v.flags.c_contiguous and v.nbytes:
-                return _Array(at - start, v.dtype, v.shape, in_input=True)
-            offset = -(-end // _ALIGN) * _ALIGN
-            end = offset + v.nbytes
-            arrays.append(v)
-            return _Array(offset, v.dtype, v.shape)
-        if type(v) is dict:
-            return {k: place(x) for k, x in v.items()}
-        if type(v) in (list, tuple):
-            return type(v)(place(x) for x in v)
-        return v
 
-    tree = place(value)
-    arena.reserve(end)
-    for a, where in zip(arrays, _written(tree)):
-        if a.nbytes:
-            np.ndarray(a.shape, a.dtype, buffer=arena.map, offset=where.offset)[...] = a
+def _span(memory: Any) -> tuple[int, int]:
+    """The addresses a mapping covers (an empty span for none)."""
+    if memory is None:
+        return 0, 0
+    start = _address(np.frombuffer(memory, np.uint8))
+    return start, start + len(memory)
+
+
+def _batch_memory(a: np.ndarray) -> tuple[np.ndarray, Any] | None:
+    """The native batch buffer `a` views: the array made of it and its
+    owner, when the owner is shared memory."""
+    while isinstance(a, np.ndarray):
+        if isinstance(a.base, BatchMemory):
+            return (a, a.base) if a.base.fd is not None else None
+        a = a.base
+    return None
+
+
+class Shared:
+    """The shared batch buffers a batch views, by key: the array made of
+    each and its descriptor."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
+
+    def place(self, a: np.ndarray) -> _Array | None:
+        found = _batch_memory(a)
+        if found is None or not a.flags.c_contiguous:
+            return None
+        root, owner = found
+        st = os.fstat(owner.fd)
+        key = (st.st_dev, st.st_ino)
+        self.buffers[key] = (root, owner.fd)
+        return _Array(_address(a) - _address(root), a.dtype, a.shape, key)
+
+
+# The walks below are module functions that pass what they need along: a
+# nested function that calls itself is a reference cycle, which would keep
+# the batch it holds (and its shared buffer) alive until the cyclic
+# garbage collector happened to run.
+
+
+def pack(value: Any, arena: Arena, places: Callable[[np.ndarray], _Array | None]) -> Any:
+    """`value`'s structure, its arrays replaced by their places: where
+    `places` finds them already (shared memory both sides map), or copied
+    into `arena` (grown to hold them). Dicts, lists and tuples are walked;
+    anything else is left for the pipe to pickle."""
+    copies: list[tuple[np.ndarray, int]] = []
+    tree = _place(value, places, copies)
+    arena.reserve(copies[-1][1] + copies[-1][0].nbytes if copies else 0)
+    for a, offset in copies:
+        np.ndarray(a.shape, a.dtype, buffer=arena.map, offset=offset)[...] = a
     return tree
 
 
-def _span(arena: Arena | None) -> tuple[int, int]:
-    """The addresses `arena`'s mapping covers (an empty span for none)."""
-    if arena is None or arena.map is None:
-        return 0, 0
-    start = np.frombuffer(arena.map, np.uint8).__array_interface__["data"][0]
-    return start, start + arena.size
+def _place(v: Any, places: Callable[[np.ndarray], _Array | None],
+           copies: list[tuple[np.ndarray, int]]) -> Any:
+    if _plain_array(v):
+        found = places(v) if v.nbytes else None
+        if found is not None:
+            return found
+        if not v.nbytes:
+            return _Array(0, v.dtype, v.shape)
+        end = copies[-1][1] + copies[-1][0].nbytes if copies else 0
+        offset = -(-end // _ALIGN) * _ALIGN
+        copies.append((v, offset))
+        return _Array(offset, v.dtype, v.shape)
+    if type(v) is dict:
+        return {k: _place(x, places, copies) for k, x in v.items()}
+    if type(v) in (list, tuple):
+        return type(v)(_place(x, places, copies) for x in v)
+    return v
 
 
-def _written(tree: Any) -> list[_Array]:
-    """The places of the arrays pack wrote, in the order it met them."""
-    found: list[_Array] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, _Array):
-            if not v.in_input:
-                found.append(v)
-        elif type(v) is dict:
-            for x in v.values():
-                walk(x)
-        elif type(v) in (list, tuple):
-            for x in v:
-                walk(x)
-
-    walk(tree)
-    return found
-
-
-def unpack(tree: Any, arena: Arena, copy: bool, came_in: Arena | None = None) -> Any:
-    """The value `pack` packed: its arrays views of `arena` (or of
-    `came_in`, for those it points at there), or copies of them."""
-
-    def take(v: Any) -> Any:
-        if isinstance(v, _Array):
-            if not np.prod(v.shape, dtype=np.int64):
-                return np.empty(v.shape, v.dtype)
-            source = came_in if v.in_input and came_in is not None else arena
-            a = np.ndarray(v.shape, v.dtype, buffer=source.map, offset=v.offset)
-            return a.copy() if copy else a
-        if type(v) is dict:
-            return {k: take(x) for k, x in v.items()}
-        if type(v) in (list, tuple):
-            return type(v)(take(x) for x in v)
-        return v
-
-    return take(tree)
+def unpack(tree: Any, memory: Callable[[Any], Any], copy: Callable[[Any], bool]) -> Any:
+    """The value `pack` packed, its arrays views of the memory that
+    `memory(where)` gives (an mmap or an array), or copies of them where
+    `copy(where)`."""
+    if isinstance(tree, _Array):
+        if not np.prod(tree.shape, dtype=np.int64):
+            return np.empty(tree.shape, tree.dtype)
+        a = np.ndarray(tree.shape, tree.dtype, buffer=memory(tree.where), offset=tree.offset)
+        return a.copy() if copy(tree.where) else a
+    if type(tree) is dict:
+        return {k: unpack(x, memory, copy) for k, x in tree.items()}
+    if type(tree) in (list, tuple):
+        return type(tree)(unpack(x, memory, copy) for x in tree)
+    return tree
 
 
 # -- the worker process ------------------------------------------------------
@@ -216,6 +246,47 @@ def _die_with_parent(with_pdeathsig: bool) -> None:
             pass  # the parent check below still ends it
 
 
+class _Mapped:
+    """A worker's mappings of the shared batch buffers it has been sent,
+    by key, the least recently used dropped past `_MAPPED` (a buffer the
+    loader freed is kept mapped until then)."""
+
+    def __init__(self) -> None:
+        self.maps: collections.OrderedDict[tuple[int, int], mmap.mmap] = (
+            collections.OrderedDict())
+
+    def receive(self, conn: Any, keys: list[tuple[int, int]]) -> None:
+        for key in keys:
+            fd = reduction.recv_handle(conn)
+            try:
+                self.maps[key] = mmap.mmap(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+
+    def use(self, keys: set[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Marks `keys` used now; drops (and returns) the mappings beyond
+        the bound that are not among them."""
+        for key in keys:
+            self.maps.move_to_end(key)
+        dropped = [key for key in self.maps if key not in keys][: max(0, len(self.maps) - _MAPPED)]
+        for key in dropped:
+            del self.maps[key]
+        return dropped
+
+    def places(self, keys: set[tuple[int, int]]) -> Callable[[np.ndarray], _Array | None]:
+        """What finds a result's array in the batch buffers of `keys`."""
+        spans = [(key, *_span(self.maps[key])) for key in keys]
+
+        def place(a: np.ndarray) -> _Array | None:
+            at = _address(a)
+            for key, start, stop in spans:
+                if start <= at and at + a.nbytes <= stop and a.flags.c_contiguous:
+                    return _Array(at - start, a.dtype, a.shape, key)
+            return None
+
+        return place
+
+
 def _serve(conn: Any, inp: Arena, out: Arena, work: Callable[..., Any], parent: int,
            with_pdeathsig: bool) -> None:
     """A worker process: runs `work(batch, seeds)` on each batch it is sent,
@@ -224,25 +295,42 @@ def _serve(conn: Any, inp: Arena, out: Arena, work: Callable[..., Any], parent: 
     # Ctrl-C goes to the whole process group; the parent decides what it
     # means, and closes the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    mapped = _Mapped()
     while True:
         try:
             while not conn.poll(_PARENT_CHECK):
                 if os.getppid() != parent:
                     return
             message = conn.recv()
+            if message is None:
+                return
+            size, tree, seeds, keys, new = message
+            mapped.receive(conn, new)
         except (EOFError, OSError):
             return
-        if message is None:
-            return
-        size, tree, seeds = message
         inp.remap(size)
+        keys = set(keys)
+        dropped = mapped.use(keys)
+
+        def memory(where: Any) -> Any:
+            return inp.map if where == WRITTEN else mapped.maps[where]
+
+        came_in = mapped.places(keys)
+        input_span = _span(inp.map)
+
+        def places(a: np.ndarray) -> _Array | None:
+            at = _address(a)
+            if input_span[0] <= at and at + a.nbytes <= input_span[1] and a.flags.c_contiguous:
+                return _Array(at - input_span[0], a.dtype, a.shape, CAME_IN)
+            return came_in(a)
+
         try:
-            result = work(unpack(tree, inp, copy=False), seeds)
-            reply: tuple = ("ok", pack(result, out, came_in=inp), out.size)
+            result = work(unpack(tree, memory, copy=lambda where: False), seeds)
+            reply: tuple = ("ok", pack(result, out, places), out.size, dropped)
             del result
             payload = reduction.ForkingPickler.dumps(reply)
         except BaseException as e:  # noqa: BLE001: every error goes back to next()
-            payload = reduction.ForkingPickler.dumps(("error", *_portable(e)))
+            payload = reduction.ForkingPickler.dumps(("error", *_portable(e), dropped))
         conn.send_bytes(payload)
 
 
@@ -265,6 +353,8 @@ class _Process:
 
     def __init__(self, context: Any, work: Callable[..., Any], index: int) -> None:
         self.inp, self.out = Arena.create(), Arena.create()
+        #: The shared batch buffers the process has mapped.
+        self.known: set[tuple[int, int]] = set()
         self.conn, child = context.Pipe()
         main = threading.current_thread() is threading.main_thread()
         self.process = context.Process(
@@ -277,16 +367,32 @@ class _Process:
             child.close()
 
     def run(self, step: int, batch: Any, seeds: Any) -> Any:
-        tree = pack(batch, self.inp)
-        self.conn.send((self.inp.size, tree, seeds))
+        shared = Shared()
+        tree = pack(batch, self.inp, shared.place)
+        new = [key for key in shared.buffers if key not in self.known]
+        self.conn.send((self.inp.size, tree, seeds, list(shared.buffers), new))
+        for key in new:
+            reduction.send_handle(self.conn, shared.buffers[key][1], self.process.pid)
+            self.known.add(key)
         reply = self.conn.recv()
+        self.known.difference_update(reply[-1])
         if reply[0] == "error":
-            _, error, text = reply
+            _, error, text, _ = reply
             with_note(error, f"in loaderx transform process {self.process.pid}:\n{text}")
             raise error
-        _, tree, size = reply
+        _, tree, size, _ = reply
         self.out.remap(size)
-        return unpack(tree, self.out, copy=True, came_in=self.inp)
+
+        def memory(where: Any) -> Any:
+            if where == WRITTEN:
+                return self.out.map
+            if where == CAME_IN:
+                return self.inp.map
+            return shared.buffers[where][0]
+
+        # Shared batch buffers are delivered as they are (views that keep
+        # them alive); what the arenas hold is copied, as they are reused.
+        return unpack(tree, memory, copy=lambda where: not isinstance(where, tuple))
 
     def death(self, step: int) -> RuntimeError:
         """The error of a step whose process died under it."""

@@ -12,15 +12,28 @@ use zrecord::BatchBuffer;
 
 /// Keeps a batch's memory alive for the arrays that view it.
 #[pyclass(module = "loaderx._native", name = "BatchMemory", frozen)]
-struct BatchMemory {
-    /// Never read: held to be dropped with the owner.
-    _buffer: BatchBuffer,
+pub struct BatchMemory {
+    buffer: BatchBuffer,
+}
+
+#[pymethods]
+impl BatchMemory {
+    /// The descriptor of the shared memory file whose start holds these
+    /// bytes (a loader's with ``shared_memory=True``), for a worker process
+    /// to map; None for private memory. Open while this object lives.
+    #[getter]
+    fn fd(&self) -> Option<i64> {
+        #[cfg(unix)]
+        return self.buffer.shared_fd().map(i64::from);
+        #[cfg(not(unix))]
+        return None;
+    }
 }
 
 /// A writable 1-D uint8 array over `buffer`'s bytes.
 pub(crate) fn into_array(py: Python<'_>, buffer: BatchBuffer) -> PyResult<Bound<'_, PyArray1<u8>>> {
     let (ptr, len) = (buffer.as_ptr(), buffer.len());
-    let owner = Bound::new(py, BatchMemory { _buffer: buffer })?;
+    let owner = Bound::new(py, BatchMemory { buffer })?;
     // SAFETY: `ptr` is valid for `len` bytes for as long as `owner` lives,
     // and nothing moves or frees them before: the owner is frozen, and
     // becomes the array's base, which numpy keeps until the array and

@@ -21,6 +21,8 @@ mod _native {
     use pyo3::prelude::*;
 
     #[pymodule_export]
+    use crate::batch_array::BatchMemory;
+    #[pymodule_export]
     use crate::error::ZrecordError;
     #[pymodule_export]
     use crate::image::ImagePipeline;

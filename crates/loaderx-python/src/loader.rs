@@ -71,7 +71,8 @@ impl Loader {
 impl Loader {
     #[new]
     #[pyo3(signature = (stores, record_lens, sampler, num_workers = 4, prefetch_size = 4, *,
-                        step = None))]
+                        step = None, shared_memory = false))]
+    #[allow(clippy::too_many_arguments)] // Python keywords, one per option.
     fn new(
         py: Python<'_>,
         stores: Vec<Bound<'_, PyAny>>,
@@ -80,6 +81,7 @@ impl Loader {
         num_workers: usize,
         prefetch_size: usize,
         step: Option<&Bound<'_, PyAny>>,
+        shared_memory: bool,
     ) -> PyResult<Self> {
         if stores.len() != record_lens.len() {
             return Err(PyValueError::new_err(format!(
@@ -114,6 +116,7 @@ impl Loader {
         let options = LoaderOptions {
             num_workers,
             prefetch: prefetch_size,
+            shared_memory,
         };
         let inner = if let Ok(mixture) = sampler.cast::<MixtureSampler>() {
             let mixture = mixture.get().inner.clone();

@@ -79,6 +79,7 @@ fn main() {
         let options = LoaderOptions {
             num_workers: workers,
             prefetch: 4,
+            ..LoaderOptions::default()
         };
         let loader = Loader::new(vec![stream], sampler, options).expect("a loader");
         loader.next().expect("a first batch");

@@ -27,6 +27,11 @@ pub struct LoaderOptions {
     /// finishes early never waits for a slower one. This bounds the
     /// loader's memory to that many batches.
     pub prefetch: usize,
+    /// Whether big batch buffers of fixed-size and image streams are
+    /// shared memory that other processes can map
+    /// ([`zrecord::BatchBuffer::shared_fd`]): for batches handed to worker
+    /// processes without a copy.
+    pub shared_memory: bool,
 }
 
 impl Default for LoaderOptions {
@@ -34,6 +39,7 @@ impl Default for LoaderOptions {
         LoaderOptions {
             num_workers: 4,
             prefetch: 4,
+            shared_memory: false,
         }
     }
 }
@@ -148,7 +154,12 @@ impl Loader {
         // for the shard crew to split their batches across.
         let alone = workers >= cores;
         let ahead = options.prefetch.saturating_add(workers);
-        let recycler = recycler_for(&streams, picker.local_batch_size(), ahead);
+        let recycler = recycler_for(
+            &streams,
+            picker.local_batch_size(),
+            ahead,
+            options.shared_memory,
+        );
         let schedule = Arc::new(Schedule::new(first, ahead as u64, picker.steps()));
         let work = Arc::new(Work {
             store_of: streams.iter().map(Stream::first_sharing).collect(),
@@ -273,7 +284,7 @@ impl Drop for Loader {
 /// stream's batches as can be alive at once (the `ahead` steps in flight or
 /// finished and two with the consumer: the bound of the loader's memory),
 /// so that after the first few steps no batch needs fresh memory.
-fn recycler_for(streams: &[Stream], batch: usize, ahead: usize) -> Arc<Recycler> {
+fn recycler_for(streams: &[Stream], batch: usize, ahead: usize, shared: bool) -> Arc<Recycler> {
     let alive = ahead.saturating_add(2);
     let bytes = streams
         .iter()
@@ -283,10 +294,14 @@ fn recycler_for(streams: &[Stream], batch: usize, ahead: usize) -> Arc<Recycler>
             Layout::Ragged => None,
         })
         .fold(0usize, usize::saturating_add);
-    Recycler::new(
+    let (per_class, max_bytes) = (
         alive.saturating_mul(streams.len()),
         alive.saturating_mul(bytes),
-    )
+    );
+    match shared {
+        true => Recycler::new_shared(per_class, max_bytes),
+        false => Recycler::new(per_class, max_bytes),
+    }
 }
 
 fn worker(schedule: &Schedule, work: &Arc<Work>, alone: bool) {
@@ -327,6 +342,7 @@ mod tests {
         let options = LoaderOptions {
             num_workers: cores + 3,
             prefetch: 3,
+            ..LoaderOptions::default()
         };
         let sampler = Sampler::new(100, 10, Mode::Iid, 7).unwrap();
         let loader = Loader::new(vec![Stream::new(store, 64)], sampler, options).unwrap();
@@ -360,6 +376,7 @@ mod tests {
         let options = LoaderOptions {
             num_workers: 1,
             prefetch: 1,
+            ..LoaderOptions::default()
         };
         let loader = Loader::new(vec![Stream::new(store, len)], sampler, options).unwrap();
         let capacity = BatchBuffer::capacity_for(len * batch).unwrap();

@@ -61,6 +61,7 @@ fn options(num_workers: usize) -> LoaderOptions {
     LoaderOptions {
         num_workers,
         prefetch: 2,
+        ..LoaderOptions::default()
     }
 }
 

@@ -36,6 +36,7 @@ fn options(num_workers: usize, prefetch: usize) -> LoaderOptions {
     LoaderOptions {
         num_workers,
         prefetch,
+        ..LoaderOptions::default()
     }
 }
 

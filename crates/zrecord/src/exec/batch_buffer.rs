@@ -18,6 +18,12 @@
 //! batch in ten came in fresh memory (bench/README.md, "A loader's own
 //! recycler").
 //!
+//! A loader whose batches go to worker processes has a recycler of shared
+//! memory ([`Recycler::new_shared`]): its buffers of at least
+//! [`MIN_POOLED`] bytes are mappings of shared memory files
+//! (`shared_memory.rs`), which a worker maps by the buffer's
+//! [`BatchBuffer::shared_fd`]; smaller ones cost less to copy than to map.
+//!
 //! When a returned buffer does not fit, the buffers idle longest make room,
 //! since the batch size in use now is the one that comes back. Idle lists
 //! are only ever `try_lock`ed: a thread that finds one busy — or a forked
@@ -31,10 +37,13 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::shared_memory::SharedMemory;
+
 /// Buffers are cache-line aligned, so that every dtype views them aligned
 /// and two batches never share a line.
 const ALIGN: usize = 64;
-/// Smaller buffers are left to the allocator, which keeps them mapped.
+/// Smaller buffers are left to the allocator, which keeps them mapped (and
+/// are never shared memory).
 const MIN_POOLED: usize = 64 << 10;
 /// Idle buffers the shared recycler keeps per size class: enough for a
 /// caller that holds a few batches while it gathers the next ones.
@@ -46,11 +55,18 @@ pub const SHARED_BYTES: usize = 256 << 20;
 /// memory or crowd the batches of a training loop out of the list.
 pub const SHARED_MAX_CAPACITY: usize = 64 << 20;
 
+/// A buffer's memory: its start, and the shared memory file it maps (heap
+/// memory aligned to [`ALIGN`] when there is none).
+struct Allocation {
+    ptr: NonNull<u8>,
+    shared: Option<SharedMemory>,
+}
+
 struct Idle {
     bytes: usize,
     /// `(capacity, allocation)`, the longest idle first; a handful of
     /// entries, searched linearly.
-    buffers: Vec<(usize, NonNull<u8>)>,
+    buffers: Vec<(usize, Allocation)>,
 }
 
 // SAFETY: the idle allocations are owned by the list, not shared, so moving
@@ -65,13 +81,21 @@ pub struct Recycler {
     max_capacity: usize,
     /// Set by [`Recycler::close`]: buffers returned from then on are freed.
     closed: AtomicBool,
+    /// Whether its fresh buffers of [`MIN_POOLED`] bytes or more are
+    /// shared memory.
+    shared: bool,
 }
 
 static SHARED: Recycler =
-    Recycler::with_bounds(SHARED_PER_CLASS, SHARED_BYTES, SHARED_MAX_CAPACITY);
+    Recycler::with_bounds(SHARED_PER_CLASS, SHARED_BYTES, SHARED_MAX_CAPACITY, false);
 
 impl Recycler {
-    const fn with_bounds(per_class: usize, max_bytes: usize, max_capacity: usize) -> Recycler {
+    const fn with_bounds(
+        per_class: usize,
+        max_bytes: usize,
+        max_capacity: usize,
+        shared: bool,
+    ) -> Recycler {
         Recycler {
             idle: Mutex::new(Idle {
                 bytes: 0,
@@ -81,6 +105,7 @@ impl Recycler {
             max_bytes,
             max_capacity,
             closed: AtomicBool::new(false),
+            shared,
         }
     }
 
@@ -88,7 +113,24 @@ impl Recycler {
     /// class and `max_bytes` in all, of any size: for a loader, which knows
     /// how many batches it has in flight and how big they are.
     pub fn new(per_class: usize, max_bytes: usize) -> Arc<Recycler> {
-        Arc::new(Recycler::with_bounds(per_class, max_bytes, usize::MAX))
+        Arc::new(Recycler::with_bounds(
+            per_class,
+            max_bytes,
+            usize::MAX,
+            false,
+        ))
+    }
+
+    /// As [`Recycler::new`], its buffers of [`MIN_POOLED`] bytes or more in
+    /// shared memory that other processes can map (heap memory where the
+    /// system has none to give).
+    pub fn new_shared(per_class: usize, max_bytes: usize) -> Arc<Recycler> {
+        Arc::new(Recycler::with_bounds(
+            per_class,
+            max_bytes,
+            usize::MAX,
+            true,
+        ))
     }
 
     /// Frees the idle buffers, and from now on every buffer returned: the
@@ -103,8 +145,8 @@ impl Recycler {
             }
             Err(_) => return,
         };
-        for (capacity, ptr) in buffers {
-            free(capacity, ptr);
+        for (capacity, memory) in buffers {
+            free(capacity, memory);
         }
     }
 
@@ -114,15 +156,15 @@ impl Recycler {
 
     /// An idle allocation of exactly `capacity` bytes, the most recently
     /// returned (its pages are the likeliest to be cached).
-    fn take(&self, capacity: usize) -> Option<NonNull<u8>> {
+    fn take(&self, capacity: usize) -> Option<Allocation> {
         if !self.keeps(capacity) {
             return None;
         }
         let mut idle = self.idle.try_lock().ok()?;
-        let k = idle.buffers.iter().rposition(|&(c, _)| c == capacity)?;
-        let (_, ptr) = idle.buffers.remove(k);
+        let k = idle.buffers.iter().rposition(|(c, _)| *c == capacity)?;
+        let (_, memory) = idle.buffers.remove(k);
         idle.bytes -= capacity;
-        Some(ptr)
+        Some(memory)
     }
 
     /// Bytes kept idle now, waiting to be taken again.
@@ -130,39 +172,39 @@ impl Recycler {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).bytes
     }
 
-    /// Keeps `ptr` for a later [`Recycler::take`], or frees it.
-    fn give(&self, capacity: usize, ptr: NonNull<u8>) {
+    /// Keeps `memory` for a later [`Recycler::take`], or frees it.
+    fn give(&self, capacity: usize, memory: Allocation) {
         if self.keeps(capacity) && !self.closed.load(Ordering::Acquire) {
             if let Ok(mut idle) = self.idle.try_lock() {
-                let same = idle.buffers.iter().filter(|&&(c, _)| c == capacity).count();
+                let same = idle.buffers.iter().filter(|(c, _)| *c == capacity).count();
                 if same < self.per_class {
                     // Freed after the lock is let go: freeing a big buffer
                     // is a system call.
                     let mut evicted = Vec::new();
                     while idle.bytes + capacity > self.max_bytes {
-                        let (capacity, ptr) = idle.buffers.remove(0);
+                        let (capacity, old) = idle.buffers.remove(0);
                         idle.bytes -= capacity;
-                        evicted.push((capacity, ptr));
+                        evicted.push((capacity, old));
                     }
                     idle.bytes += capacity;
-                    idle.buffers.push((capacity, ptr));
+                    idle.buffers.push((capacity, memory));
                     drop(idle);
-                    for (capacity, ptr) in evicted {
-                        free(capacity, ptr);
+                    for (capacity, old) in evicted {
+                        free(capacity, old);
                     }
                     return;
                 }
             }
         }
-        free(capacity, ptr);
+        free(capacity, memory);
     }
 }
 
 impl Drop for Recycler {
     fn drop(&mut self) {
         let idle = self.idle.get_mut().unwrap_or_else(|e| e.into_inner());
-        for (capacity, ptr) in idle.buffers.drain(..) {
-            free(capacity, ptr);
+        for (capacity, memory) in idle.buffers.drain(..) {
+            free(capacity, memory);
         }
     }
 }
@@ -175,15 +217,16 @@ impl Drop for Recycler {
 /// earlier batch's bytes when it is recycled — so whoever fills it writes
 /// every byte.
 pub struct BatchBuffer {
-    ptr: NonNull<u8>,
+    memory: Allocation,
     len: usize,
     capacity: usize,
     /// The recycler it goes back to; `None` for the shared one.
     home: Option<Arc<Recycler>>,
 }
 
-// SAFETY: a `BatchBuffer` owns its allocation exclusively, like a `Vec<u8>`,
-// and its other fields (an `Arc<Recycler>`) are `Send`.
+// SAFETY: a `BatchBuffer` owns its allocation exclusively, like a `Vec<u8>`
+// (a shared memory file is its own; other processes only map it), and its
+// other fields (an `Arc<Recycler>`) are `Send`.
 unsafe impl Send for BatchBuffer {}
 // SAFETY: as for `Send`; shared access only reads the bytes (`Deref`), and
 // writing needs `&mut self`.
@@ -211,8 +254,12 @@ impl BatchBuffer {
 
     fn with_home(len: usize, home: Option<Arc<Recycler>>) -> Option<BatchBuffer> {
         if len == 0 {
-            return Some(BatchBuffer {
+            let memory = Allocation {
                 ptr: NonNull::<[u8; ALIGN]>::dangling().cast(),
+                shared: None,
+            };
+            return Some(BatchBuffer {
+                memory,
                 len,
                 capacity: 0,
                 home: None,
@@ -220,13 +267,27 @@ impl BatchBuffer {
         }
         let capacity = class(len)?;
         let recycler = home.as_deref().unwrap_or(&SHARED);
-        if let Some(ptr) = recycler.take(capacity) {
+        if let Some(memory) = recycler.take(capacity) {
             return Some(BatchBuffer {
-                ptr,
+                memory,
                 len,
                 capacity,
                 home,
             });
+        }
+        if recycler.shared && capacity >= MIN_POOLED {
+            if let Some(mut shared) = SharedMemory::new(capacity) {
+                let ptr = shared.ptr();
+                return Some(BatchBuffer {
+                    memory: Allocation {
+                        ptr,
+                        shared: Some(shared),
+                    },
+                    len,
+                    capacity,
+                    home,
+                });
+            }
         }
         let layout = Layout::from_size_align(capacity, ALIGN).ok()?;
         // Fresh memory is zeroed (for this alignment the allocator writes the
@@ -236,7 +297,7 @@ impl BatchBuffer {
         // `alloc_zeroed` requires; a null result is refused just below.
         let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
         Some(BatchBuffer {
-            ptr,
+            memory: Allocation { ptr, shared: None },
             len,
             capacity,
             home,
@@ -248,6 +309,14 @@ impl BatchBuffer {
     /// allocation can be that large.
     pub fn capacity_for(len: usize) -> Option<usize> {
         class(len)
+    }
+
+    /// The descriptor of the shared memory file that holds the buffer's
+    /// bytes from its start, for another process to map; `None` for heap
+    /// memory.
+    #[cfg(unix)]
+    pub fn shared_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.memory.shared.as_ref().map(SharedMemory::fd)
     }
 
     /// Number of bytes.
@@ -265,20 +334,27 @@ impl Drop for BatchBuffer {
     fn drop(&mut self) {
         if self.capacity != 0 {
             let recycler = self.home.as_deref().unwrap_or(&SHARED);
-            recycler.give(self.capacity, self.ptr);
+            let memory = Allocation {
+                ptr: self.memory.ptr,
+                shared: self.memory.shared.take(),
+            };
+            recycler.give(self.capacity, memory);
         }
     }
 }
 
 /// Frees an allocation made by [`BatchBuffer::new`].
-fn free(capacity: usize, ptr: NonNull<u8>) {
-    // SAFETY: `ptr` was allocated in `BatchBuffer::with_home` with
+fn free(capacity: usize, memory: Allocation) {
+    if memory.shared.is_some() {
+        return; // dropping it unmaps and closes the file
+    }
+    // SAFETY: heap memory was allocated in `BatchBuffer::with_home` with
     // `Layout::from_size_align(capacity, ALIGN)`, which succeeded there, so
     // the layout is valid and the same; the caller owns the allocation and
     // gives it up here.
     unsafe {
         std::alloc::dealloc(
-            ptr.as_ptr(),
+            memory.ptr.as_ptr(),
             Layout::from_size_align_unchecked(capacity, ALIGN),
         )
     }
@@ -290,14 +366,14 @@ impl Deref for BatchBuffer {
         // SAFETY: `ptr` is valid for `len` initialised bytes (zeroed at
         // allocation, written since; or dangling but aligned when `len` is
         // 0) and owned by `self`, which this borrow keeps alive.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts(self.memory.ptr.as_ptr(), self.len) }
     }
 }
 
 impl DerefMut for BatchBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.memory.ptr.as_ptr(), self.len) }
     }
 }
 
@@ -447,6 +523,42 @@ mod tests {
     /// A loader's recycler keeps every batch it has in flight, however many
     /// and however big, so a burst of returns costs no fresh memory later;
     /// closing it gives the memory back.
+    #[cfg(unix)]
+    #[test]
+    fn a_shared_recyclers_big_buffers_are_files_another_mapping_sees() {
+        use std::os::fd::BorrowedFd;
+
+        let recycler = Recycler::new_shared(4, 64 << 20);
+        let mut big = BatchBuffer::new_in(&recycler, 1 << 20).unwrap();
+        let small = BatchBuffer::new_in(&recycler, 1000).unwrap();
+        assert!(
+            small.shared_fd().is_none(),
+            "small buffers stay on the heap"
+        );
+        assert!(BatchBuffer::new(1 << 20).unwrap().shared_fd().is_none());
+        let fd = big.shared_fd().expect("a big buffer is a shared file");
+        for (k, b) in big.iter_mut().enumerate() {
+            *b = (k % 251) as u8;
+        }
+        // What another process does with the descriptor: map the file.
+        // SAFETY: `big` keeps the descriptor open for this borrow.
+        let file = std::fs::File::from(
+            unsafe { BorrowedFd::borrow_raw(fd) }
+                .try_clone_to_owned()
+                .unwrap(),
+        );
+        // SAFETY: the file is not truncated while mapped.
+        let other = unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap();
+        assert_eq!(&other[..1 << 20], &big[..]);
+        assert_eq!(other.len(), class(1 << 20).unwrap());
+        let ptr = big.as_ptr();
+        drop(big);
+        let again = BatchBuffer::new_in(&recycler, 1 << 20).unwrap();
+        assert_eq!(again.as_ptr(), ptr, "a shared buffer is recycled");
+        assert_eq!(again.shared_fd(), Some(fd), "with its file");
+        assert_eq!(other[5], 5, "which other mappings keep seeing");
+    }
+
     #[test]
     fn a_loaders_recycler_keeps_its_batches_until_closed() {
         let (in_flight, len) = (10, 70 << 20);
