@@ -443,6 +443,10 @@ class TransformProcesses:
     is replaced by a new one."""
 
     def __init__(self, work: Callable[..., Any], count: int, start_method: str | None) -> None:
+        if sys.platform == "win32":
+            # The arenas and batch files travel as POSIX descriptors.
+            raise RuntimeError("transform_mode='process' needs a POSIX system (Linux, macOS); "
+                               "use transform_mode='thread' on Windows")
         if multiprocessing.current_process().daemon:
             raise RuntimeError(
                 "transform_mode='process' cannot start processes here: this process is a "
