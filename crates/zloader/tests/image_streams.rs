@@ -125,16 +125,24 @@ fn random_crops_and_flips_do_not_depend_on_workers_or_resume() {
     assert_ne!(plain, one[0]);
 }
 
+/// A sequential loader of batches of 4 over 12 PNGs, record 5 not an
+/// image, which `bad` handles.
+fn with_a_bad_image(dir: &std::path::Path, bad: BadImages) -> Loader {
+    let store = images(dir, 12, Some(5));
+    let layout = Layout::Image(pipeline(Crop::Resize, false), bad);
+    let sampler = Sampler::new(12, 4, Mode::Sequential, 0).unwrap();
+    Loader::new(
+        vec![Stream::mixed(vec![store], layout)],
+        sampler,
+        options(2),
+    )
+    .unwrap()
+}
+
 #[test]
 fn a_bad_image_fails_its_step_naming_the_record() {
     let dir = tempfile::tempdir().unwrap();
-    let store = images(dir.path(), 12, Some(5));
-    let stream = Stream::mixed(
-        vec![store],
-        Layout::Image(pipeline(Crop::Resize, false), BadImages::Fail),
-    );
-    let sampler = Sampler::new(12, 4, Mode::Sequential, 0).unwrap();
-    let loader = Loader::new(vec![stream], sampler, options(2)).unwrap();
+    let loader = with_a_bad_image(dir.path(), BadImages::Fail);
     assert!(loader.next().is_ok());
     match loader.next() {
         Err(LoaderError::Image {
@@ -148,13 +156,7 @@ fn a_bad_image_fails_its_step_naming_the_record() {
 #[test]
 fn a_bad_image_is_blanked_and_marked_when_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let store = images(dir.path(), 12, Some(5));
-    let stream = Stream::mixed(
-        vec![store],
-        Layout::Image(pipeline(Crop::Resize, false), BadImages::Blank),
-    );
-    let sampler = Sampler::new(12, 4, Mode::Sequential, 0).unwrap();
-    let loader = Loader::new(vec![stream], sampler, options(2)).unwrap();
+    let loader = with_a_bad_image(dir.path(), BadImages::Blank);
     let slot = W * H * 3;
     for step in 0..3 {
         let batch = loader.next().unwrap();
