@@ -80,7 +80,8 @@ fi
 
 run_pytest() {
     local rc=0
-    .venv/bin/python -m pytest tests/ -ra -q "$@" || rc=$?
+    # The slowest tests are listed, to keep an eye on the suite's time.
+    .venv/bin/python -m pytest tests/ -ra -q --durations=15 "$@" || rc=$?
     if [ $rc -eq 5 ]; then
         echo "pytest collected no tests; that counts as a failure" >&2
     fi
