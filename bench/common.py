@@ -1,4 +1,5 @@
-"""Measurement helpers shared by the harness and the per-system workers.
+"""Measurement and orchestration helpers shared by the benchmark scripts
+(the harness, bench/*_bench.py) and the per-system workers.
 
 Only the standard library and NumPy: this module is imported by workers
 running in bench/.venv *and* in .ref050-venv (loaderx 0.5.0), so it must not
@@ -7,12 +8,16 @@ pull in anything else.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import ctypes.util
 import json
 import mmap
 import os
 import resource
+import statistics
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +27,8 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 OUT = BENCH / "out"
+#: Fashion-MNIST's IDX files (scripts/fashion-mnist.sh installs them).
+FASHION = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 
 #: The batch size of every gather and loader measurement.
 BATCH = 256
@@ -238,6 +245,30 @@ def rss_now() -> dict:
     return out
 
 
+def children_peak_rss_mib() -> float:
+    """The sum of the peak RSS (VmHWM) of this process's live descendants,
+    found by their parent in /proc/*/stat (no /proc/PID/task/*/children on
+    every kernel)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0.0, list(parents.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        todo += parents.get(pid, [])
+        try:
+            for line in open(f"/proc/{pid}/status"):
+                if line.startswith("VmHWM"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return total
+
+
 class RssSampler:
     """Samples rss_now() every `interval` seconds on a thread of its own and
     keeps each figure's peak: the kernel keeps only the total's (VmHWM), and
@@ -263,3 +294,141 @@ class RssSampler:
 def emit(result: dict) -> None:
     """Prints the worker's result as the last stdout line, tagged."""
     print("RESULT " + json.dumps(result), flush=True)
+
+
+# -- the benchmark scripts: options, a process per run, rounds, the report ----
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {msg}", flush=True)
+
+
+def versions(*dists: str) -> dict:
+    """The versions of the packages `dists`, read without importing them
+    (None for one not installed)."""
+    from importlib import metadata
+
+    out = {}
+    for dist in dists:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def bench_args(doc: str, worker: str, job_timeout: int, report: str) -> argparse.Namespace:
+    """The parsed options of a script that runs each configuration in a
+    process of its own, described by the first paragraph of its docstring
+    `doc`: `worker` is the hidden flag naming the configuration a worker
+    process runs; the timing settings not given are --quick's or a full
+    run's, and --out becomes the report's path stem."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="one short round, into bench/out/")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--seconds", type=float, default=None, help="timed seconds per run")
+    p.add_argument("--warmup", type=float, default=None,
+                   help="untimed seconds after the first batch")
+    p.add_argument("--job-timeout", type=int, default=job_timeout)
+    p.add_argument("--install-status", default=str(OUT / "install.json"))
+    p.add_argument("--out", default=None, help="report path stem")
+    p.add_argument(worker, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    args.rounds = args.rounds or (1 if args.quick else 5)
+    args.seconds = args.seconds or (1.0 if args.quick else 4.0)
+    args.warmup = args.warmup or (0.3 if args.quick else 1.0)
+    # A smoke test's report goes to bench/out/, never over the published one.
+    args.out = Path(args.out) if args.out else (OUT / f"benchmarks-{report}-quick" if args.quick
+                                                else ROOT / "docs" / f"benchmarks-{report}")
+    return args
+
+
+def run_job(script: str, worker: list[str], args: argparse.Namespace, label: str, rate,
+            env: dict | None = None) -> dict:
+    """Runs one configuration in a process of its own: `script` again with
+    `worker` (its hidden flag and the configuration's name) and the timings
+    of `args`. Returns the result that process printed, or why there is none,
+    with the load average at its start; logs `label` and `rate(result)`, or
+    the failure (and its traceback or error output on stderr)."""
+    argv = [sys.executable, str(script), *worker, "--seconds", str(args.seconds),
+            "--warmup", str(args.warmup)]
+    load = os.getloadavg()[0]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=args.job_timeout,
+                           cwd=ROOT, env=env)
+        lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+        res = json.loads(lines[-1][len("RESULT "):]) if lines else {
+            "status": f"ERROR: exited {p.returncode} without a result", "stderr": p.stderr[-2000:]}
+    except subprocess.TimeoutExpired:
+        res = {"status": f"TIMEOUT after {args.job_timeout} s"}
+    res["load_start"] = load
+    log(f"{label} {rate(res) if res['status'] == 'ok' else res['status'][:160]}")
+    if res["status"] != "ok":
+        print(res.get("traceback") or res.get("stderr", ""), file=sys.stderr)
+    return res
+
+
+def run_rounds(needs: dict, args: argparse.Namespace, run) -> dict:
+    """Runs every configuration of `needs` (name -> the packages of
+    --install-status it needs) once in turn, --rounds times: name -> its
+    results, each `run(name)` or, without a package it needs, why not."""
+    try:
+        install = json.loads(Path(args.install_status).read_text())
+    except (OSError, ValueError):  # not installed by bench/run.sh: assume all is there
+        install = {}
+    missing = {name: [pkg for pkg in pkgs if install.get(pkg, "ok") != "ok"]
+               for name, pkgs in needs.items()}
+    runs = {name: [] for name in needs}
+    for r in range(args.rounds):
+        log(f"round {r + 1} of {args.rounds}")
+        for name in needs:
+            if missing[name]:
+                runs[name].append({"status": "NOT INSTALLED: " + "; ".join(
+                    f"{pkg}: {install[pkg]}" for pkg in missing[name])})
+            else:
+                runs[name].append(run(name))
+    return runs
+
+
+def medians(runs: list[dict], keys) -> dict:
+    """The medians of `keys` over the rounds of one configuration's runs that
+    succeeded, or the last run's status when none did."""
+    ok = [r for r in runs if r["status"] == "ok"]
+    if not ok:
+        return {"status": runs[-1]["status"]}
+    # A figure the process could not read (None: no RssFile sample, say) counts as 0.
+    return {"status": "ok", "rounds": len(ok),
+            **{k: statistics.median(r[k] or 0.0 for r in ok) for k in keys}}
+
+
+def machine_line(results: dict) -> str:
+    """The report's closing paragraph: the machine, the load average at the
+    start of the benchmark and of each run, and the packages' versions."""
+    m = results["machine"]
+    loads = [m["loadavg_start"][0]] + [
+        run["load_start"] for runs in results["runs"].values() for run in runs
+        if "load_start" in run]
+    return (f"Machine: {m['nproc']} cores, {m['cpu']}, {m['ram']}, Python {m['python']}; "
+            f"{m['date']}; load average at the start of the benchmark and of each run "
+            f"{min(loads):.2f} to {max(loads):.2f} (the 1-minute figure; 2 is both cores "
+            "busy). Versions: "
+            + ", ".join(f"{k} {v}" for k, v in results["versions"].items() if v) + ".")
+
+
+def write_report(stem: Path, text: str, results: dict, chart=None) -> None:
+    """Writes `text` to stem.md, `results` to stem.json and, given `chart`,
+    the figure `chart(results)` draws to stem.png; then prints `text`."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".md").write_text(text)
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    if chart:
+        # Imported here: the workers (and .ref050-venv) have no matplotlib.
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display; chart's pyplot draws off screen
+        import matplotlib.pyplot as plt
+
+        fig = chart(results)
+        fig.tight_layout()
+        fig.savefig(stem.with_suffix(".png"), dpi=100)
+        plt.close(fig)
+    print(text)

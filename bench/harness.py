@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
+from common import log  # noqa: E402
 import datasets  # noqa: E402
 import report  # noqa: E402
 
@@ -54,10 +55,6 @@ NEEDS = {
     "numpy_ram": ["numpy"], "lmdb": ["lmdb"], "h5py": ["h5py"], "arrow": ["pyarrow"],
     "arrayrecord": ["array-record", "grain"],
 }
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {msg}", flush=True)
 
 
 def machine() -> dict:

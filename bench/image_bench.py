@@ -38,12 +38,8 @@ the decoded table: full 375 x 500 images, no crop) is there for those and
 for the bytes on disk.
 """
 
-import argparse
-import json
 import math
 import os
-import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -82,10 +78,8 @@ PILLOW = ("pillow-2", "pillow-4")
 LIMIT = ("limit-threads", "limit-processes")
 #: What a system reads, when not the image folder.
 READS = {"ours": TABLES / "encoded", "ours-decoded": TABLES / "decoded"}
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {msg}", flush=True)
+#: A system's figures, each the median over the rounds.
+FIGURES = ("images_s", "peak_rss_mib", "peak_file_rss_mib", "children_rss_mib")
 
 
 # -- the data -----------------------------------------------------------------
@@ -269,34 +263,10 @@ def limit(pool_class, seconds, warmup):
     with pool_class(2) as pool:
         rates = list(pool.map(decode_for, [files] * 2, [seconds] * 2, [warmup] * 2,
                               [0, len(files) // 2]))
-        return sum(rates), children_peak_rss_mib()
+        return sum(rates), common.children_peak_rss_mib()
 
 
 # -- measurement in the system's own process ----------------------------------
-
-def children_peak_rss_mib():
-    """The sum of the peak RSS (VmHWM) of this process's live descendants,
-    found by their parent in /proc/*/stat (no /proc/PID/task/*/children on
-    every kernel)."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # exited meanwhile
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total, todo = 0.0, list(parents.get(os.getpid(), []))
-    while todo:
-        pid = todo.pop()
-        todo += parents.get(pid, [])
-        try:
-            for line in open(f"/proc/{pid}/status"):
-                if line.startswith("VmHWM"):
-                    total += int(line.split()[1]) / 1024
-        except OSError:
-            pass
-    return total
-
 
 def worker(name, seconds, warmup):
     """Times one system in this process and prints its RESULT line."""
@@ -316,7 +286,7 @@ def worker(name, seconds, warmup):
                 if image.shape != want or image.dtype != np.uint8:
                     raise ValueError(f"batches of {image.dtype} {image.shape}, not uint8 {want}")
                 rate = common.timed(batches, seconds, warmup)
-                children = children_peak_rss_mib()  # while the workers live
+                children = common.children_peak_rss_mib()  # while the workers live
             finally:
                 batches.close()
         peak = sampler.stop()
@@ -330,88 +300,23 @@ def worker(name, seconds, warmup):
 # -- the orchestrator -------------------------------------------------------------
 
 def run_system(name, args):
-    argv = [sys.executable, __file__, "--system", name, "--seconds", str(args.seconds),
-            "--warmup", str(args.warmup)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    load = os.getloadavg()[0]
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=args.job_timeout,
-                           cwd=ROOT, env=env)
-        lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
-        res = json.loads(lines[-1][len("RESULT "):]) if lines else {
-            "status": f"ERROR: exited {p.returncode} without a result", "stderr": p.stderr[-2000:]}
-    except subprocess.TimeoutExpired:
-        res = {"status": f"TIMEOUT after {args.job_timeout} s"}
-    res["load_start"] = load
-    rate = f"{res['images_s']:8,.0f} images/s" if res["status"] == "ok" else res["status"][:160]
-    log(f"{name:16s} {rate}")
-    if res["status"] != "ok":
-        print(res.get("traceback") or res.get("stderr", ""), file=sys.stderr)
-    return res
-
-
-def summarise(runs):
-    """The medians over the rounds of a system's successful runs."""
-    ok = [r for r in runs if r["status"] == "ok"]
-    if not ok:
-        return {"status": runs[-1]["status"]}
-    keys = ("images_s", "peak_rss_mib", "peak_file_rss_mib", "children_rss_mib")
-    return {"status": "ok", "rounds": len(ok),
-            **{k: statistics.median(r[k] or 0.0 for r in ok) for k in keys}}
-
-
-def versions():
-    """The benchmarked packages' versions, read without importing them."""
-    from importlib import metadata
-
-    out = {}
-    for dist in ("loaderx", "Pillow", "grain", "tensorflow-cpu", "simplejpeg"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
+    # Keeps tensorflow's C++ log off stderr, whose end a failed run shows.
+    return common.run_job(__file__, ["--system", name], args, f"{name:16s}",
+                          lambda res: f"{res['images_s']:8,.0f} images/s",
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="one short round, into bench/out/")
-    p.add_argument("--rounds", type=int, default=None)
-    p.add_argument("--seconds", type=float, default=None, help="timed seconds per run")
-    p.add_argument("--warmup", type=float, default=None,
-                   help="untimed seconds after the first batch")
-    p.add_argument("--job-timeout", type=int, default=600)
-    p.add_argument("--install-status", default=str(common.OUT / "install.json"))
-    p.add_argument("--out", default=None, help="report path stem")
-    p.add_argument("--system", help=argparse.SUPPRESS)  # a worker process
-    args = p.parse_args()
-    args.rounds = args.rounds or (1 if args.quick else 5)
-    args.seconds = args.seconds or (1.0 if args.quick else 4.0)
-    args.warmup = args.warmup or (0.3 if args.quick else 1.0)
+    args = common.bench_args(__doc__, "--system", job_timeout=600, report="images")
     if args.system:
         return worker(args.system, args.seconds, args.warmup)
-    stem = Path(args.out) if args.out else (common.OUT / "benchmarks-images-quick" if args.quick
-                                            else ROOT / "docs" / "benchmarks-images")
 
     started = machine()
     wallpaper_crops.make(CROPS)
-    log("converting the tables (once)")
+    common.log("converting the tables (once)")
     make_tables()
-    try:
-        install = json.loads(Path(args.install_status).read_text())
-    except (OSError, ValueError):
-        install = {}
-    missing = {name: [pkg for pkg in needs if install.get(pkg, "ok") != "ok"]
-               for name, (_, needs) in SYSTEMS.items()}
-    runs = {name: [] for name in SYSTEMS}
-    for r in range(args.rounds):
-        log(f"round {r + 1} of {args.rounds}")
-        for name in SYSTEMS:
-            if missing[name]:
-                runs[name].append({"status": "NOT INSTALLED: " + "; ".join(
-                    f"{pkg}: {install[pkg]}" for pkg in missing[name])})
-            else:
-                runs[name].append(run_system(name, args))
+    runs = common.run_rounds({name: needs for name, (_, needs) in SYSTEMS.items()}, args,
+                             lambda name: run_system(name, args))
     files, classes = image_folder()
     results = {
         "machine": started, "command": "bash bench/run.sh images" + (" --quick" * args.quick),
@@ -421,11 +326,11 @@ def main():
                  "file_bytes": sum(os.path.getsize(f) for f, _ in files),
                  "encoded_bytes": common.disk_bytes(TABLES / "encoded"),
                  "decoded_bytes": common.disk_bytes(TABLES / "decoded")},
-        "versions": versions(),
-        "systems": {name: summarise(r) for name, r in runs.items()},
+        "versions": common.versions("loaderx", "Pillow", "grain", "tensorflow-cpu", "simplejpeg"),
+        "systems": {name: common.medians(r, FIGURES) for name, r in runs.items()},
         "runs": runs,
     }
-    report(results, stem)
+    report(results, args.out)
 
 
 # -- the report ---------------------------------------------------------------------
@@ -448,8 +353,6 @@ def report(r, stem):
         return f"{s[name]['images_s'] / s[base]['images_s']:.2f}×"
 
     mb = lambda b: f"{b / 1e6:,.1f} MB"  # noqa: E731
-    loads = [r["machine"]["loadavg_start"][0]] + [
-        run["load_start"] for runs in r["runs"].values() for run in runs if "load_start" in run]
     lines = [
         "# Image pipelines: decode, random-resized crop 224, flip",
         "",
@@ -558,24 +461,11 @@ def report(r, stem):
                      + (f"{v['children_rss_mib']:,.0f} MiB" if v["children_rss_mib"] else "–")
                      + f" | {v['images_s']:,.0f} |")
     lines += ["", f"The decoded table takes {d['decoded_bytes'] / d['encoded_bytes']:.1f}× the "
-              "encoded one's bytes on disk.", "",
-              f"Machine: {r['machine']['nproc']} cores, {r['machine']['cpu']}, "
-              f"{r['machine']['ram']}, Python {r['machine']['python']}; {r['machine']['date']}; "
-              f"load average at the start of the benchmark and of each run {min(loads):.2f} to "
-              f"{max(loads):.2f} (the 1-minute figure; 2 is both cores busy). Versions: "
-              + ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v) + "."]
-    text = "\n".join(lines) + "\n"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".md").write_text(text)
-    stem.with_suffix(".json").write_text(json.dumps(r, indent=1) + "\n")
-    chart(r, stem.with_suffix(".png"))
-    print(text)
+              "encoded one's bytes on disk.", "", common.machine_line(r)]
+    common.write_report(stem, "\n".join(lines) + "\n", r, chart)
 
 
-def chart(r, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
+def chart(r):
     import matplotlib.pyplot as plt
 
     s = r["systems"]
@@ -594,9 +484,7 @@ def chart(r, path):
     ax.set_title(f"Image pipelines, {r['machine']['nproc']} cores, median of {rounds} "
                  f"round{'s' * (rounds > 1)}")
     ax.margins(x=0.15)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@
 #   bash bench/run.sh training   # only the training-feature benchmark (bench/training_bench.py)
 #   bash bench/run.sh images     # only the image-pipeline benchmark (bench/image_bench.py;
 #                                # this mode also installs tensorflow-cpu into bench/.venv)
+#   bash bench/run.sh transforms # only the transform benchmark (bench/transform_bench.py:
+#                                # map/transform on threads, in processes, and under Grain)
 #
 # A full run and --quick end with the conversion benchmark (bench/convert.sh:
 # docs/benchmarks-convert.{md,png}, or bench/out/ for --quick) and the
@@ -34,12 +36,16 @@ if [ "${1:-}" = convert ]; then
 fi
 TRAINING=
 IMAGES=
+TRANSFORMS=
 if [ "${1:-}" = training ]; then
     shift
     TRAINING=1
 elif [ "${1:-}" = images ]; then
     shift
     IMAGES=1
+elif [ "${1:-}" = transforms ]; then
+    shift
+    TRANSFORMS=1
 fi
 ROOT=$PWD
 VENV="$ROOT/bench/.venv"
@@ -130,6 +136,10 @@ if [ -n "$TRAINING" ]; then
 fi
 if [ -n "$IMAGES" ]; then
     exec "$VPY" bench/image_bench.py "$@"
+fi
+if [ -n "$TRANSFORMS" ]; then
+    bash scripts/fashion-mnist.sh
+    exec "$VPY" bench/transform_bench.py "$@"
 fi
 "$VPY" bench/harness.py "$@"
 

@@ -31,7 +31,6 @@ bench/run.sh); writes docs/benchmarks-training.{md,json}.
 """
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -43,11 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
-from common import timed
+from common import FASHION, timed, write_report
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-FASHION = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 ROW = 1024
 
 
@@ -255,9 +253,7 @@ def report(r, args):
         lines.append(f"\nOurs / Grain's first-fit: {speeds[0] / speeds[1]:.1f}× "
                      "(target ≥ 2×); ours per core: "
                      f"{speeds[0] / 1e6:.1f} M tokens/s (target ≥ 1 M).")
-    Path(args.out).with_suffix(".md").write_text("\n".join(lines) + "\n")
-    Path(args.out).with_suffix(".json").write_text(json.dumps(r, indent=1) + "\n")
-    print("\n".join(lines))
+    write_report(Path(args.out), "\n".join(lines) + "\n", r)
 
 
 if __name__ == "__main__":
