@@ -342,10 +342,14 @@ def report(r, stem):
         "",
         f"`transform=identity` (`def identity(batch): return batch`) on batches of "
         f"{d['large_batch']} ({d['large_batch'] * 784 / 1e6:.1f} MB of images), "
-        "`transform_workers=2`: what carrying a batch to a process and back costs (its "
-        "arrays copied into the process's input arena and, once back, out of it: an array "
-        "passed through is not copied a second time), against threads, which hand the batch "
-        f"over as it is. MB/s counts a sample's {SAMPLE_BYTES} bytes (image and label).",
+        "`transform_workers=2`: what carrying a batch to a process and back costs, against "
+        "threads, which hand the batch over as it is. The images are gathered into shared "
+        "memory that the processes map and come back as that memory, without a copy; the "
+        "labels (16 kB, under the 64 KiB below which shared memory is not used) are copied "
+        "into the process's input arena and out of it. What is left is the round trip: the "
+        "batch's structure pickled through a pipe both ways, and the two processes and the "
+        "pool thread that the gather shares the cores with. "
+        f"MB/s counts a sample's {SAMPLE_BYTES} bytes (image and label).",
         "",
         "| configuration | samples/s | MB/s | / no transform | / 2 threads |",
         "|---|---|---|---|---|",
