@@ -198,10 +198,27 @@ def test_a_killed_conversion_resumes_where_its_committed_rows_end(tmp_path):
     cli("convert", tmp_path / "a.npy", tmp_path / "t", "--quiet")
     with Table(tmp_path / "t") as t:
         np.testing.assert_array_equal(t["data"][:], a)
-    # Another source into the same table is refused.
+    # Another source into the same table is refused, and so is the same
+    # file rewritten since: its rows would not be the ones committed.
     np.save(tmp_path / "b.npy", a)
     p = cli("convert", tmp_path / "b.npy", tmp_path / "t", check=False)
     assert p.returncode == 1 and "holds a table converted from" in p.stderr
+    np.save(tmp_path / "a.npy", a[::-1].copy())
+    p = cli("convert", tmp_path / "a.npy", tmp_path / "t", check=False)
+    assert p.returncode == 1 and "holds a table converted from" in p.stderr
+
+
+def test_an_image_folder_that_changed_is_not_continued(solar_cells, tmp_path):
+    import shutil as sh
+
+    folder = tmp_path / "cells"
+    sh.copytree(solar_cells, folder)
+    loaderx.convert(folder, tmp_path / "t", progress=False).close()
+    loaderx.convert(folder, tmp_path / "t", progress=False).close()  # unchanged: a no-op
+    extra = next((folder / "mono").iterdir())
+    sh.copyfile(extra, folder / "mono" / ("zz-" + extra.name))
+    with pytest.raises(ValueError, match="holds a table converted from"):
+        loaderx.convert(folder, tmp_path / "t", progress=False)
 
 
 def test_compact_and_bench_commands(tmp_path):

@@ -9,7 +9,9 @@ interrupted after ``n`` committed rows resumes by skipping them. Each has
 * ``rows``: how many rows it holds;
 * ``kinds``: each stream's kind (``fixed``, ``ragged`` or ``bytes``);
 * ``classes``: class names per stream, for label streams;
-* ``describe()``: what the table's manifest records as its ``source``;
+* ``describe()``: what the table's manifest records as its ``source``,
+  including a :func:`fingerprint` of its files, so that a conversion
+  resumed over a source that changed since is refused;
 * ``overlap``: whether reading a group takes enough CPU of its own that a
   thread should read the next group while the current one is written (on
   two cores, a reader that is only a memory copy slows the writes down);
@@ -21,8 +23,9 @@ interrupted after ``n`` committed rows resumes by skipping them. Each has
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Mapping
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -70,6 +73,16 @@ def detect(path: Path) -> str:
         f"{path}: cannot tell what kind of source this is; say it with --from "
         f"({', '.join(sorted(KINDS))})"
     )
+
+
+def fingerprint(paths: Iterable[Path]) -> str:
+    """A hash of the files' names, sizes and modification times: it
+    changes when a file is added, removed, replaced or rewritten."""
+    h = hashlib.sha256()
+    for path in paths:
+        st = path.stat()
+        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
 
 
 def open_source(path: Any, kind: str | None, **options: Any) -> Any:

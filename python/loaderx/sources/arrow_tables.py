@@ -25,6 +25,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import fingerprint
+
 
 def _pyarrow() -> Any:
     try:
@@ -203,7 +205,7 @@ def fixed_list_array(pa: Any, col: Any) -> np.ndarray:
 
 def open_file(path: Path, kind: str) -> ArrowSource:
     pa = _pyarrow()
-    describe = {"from": kind, "path": str(path.resolve())}
+    describe = {"from": kind, "path": str(path.resolve()), "files": fingerprint([path])}
     try:
         if kind == "parquet":
             pf = pa.parquet.ParquetFile(path)
@@ -272,7 +274,8 @@ def open_hf_folder(path: Path) -> ArrowSource:
             yield from t.to_batches()
 
     rows = sum(len(t) for t in readers)
-    describe = {"from": "hf", "path": str(path.resolve())}
+    describe = {"from": "hf", "path": str(path.resolve()),
+                "files": fingerprint(sorted(p for p in path.rglob("*") if p.is_file()))}
     return ArrowSource(str(path), describe, schema, rows, batches, info.get("features"), path)
 
 

@@ -12,7 +12,7 @@ from typing import IO, Any, Iterator
 
 import numpy as np
 
-from . import stream_groups
+from . import fingerprint, stream_groups
 
 #: IDX type codes (the third byte of the magic) and their dtypes.
 DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -88,7 +88,8 @@ class IdxSource:
         self.classes: dict[str, list[str]] = {}
 
     def describe(self) -> dict[str, Any]:
-        return {"from": "idx", "path": str(self.path.resolve())}
+        return {"from": "idx", "path": str(self.path.resolve()),
+                "files": fingerprint(self.files.values())}
 
     def groups(self, start: int, max_bytes: int) -> Iterator[dict[str, Any]]:
         def opener(path: Path) -> Any:

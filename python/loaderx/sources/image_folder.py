@@ -14,6 +14,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import fingerprint
+
 #: The JPEG quality of re-encoded images when only `max_side` is given.
 DEFAULT_QUALITY = 90
 
@@ -62,7 +64,8 @@ class ImageFolderSource:
             _pillow()
 
     def describe(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"from": "images", "path": str(self.root.resolve())}
+        d: dict[str, Any] = {"from": "images", "path": str(self.root.resolve()),
+                             "files": fingerprint(self.files)}
         if self.image_size:
             d["image_size"] = list(self.image_size)
         if self.reencode:

@@ -12,7 +12,7 @@ from typing import IO, Any, Iterator
 
 import numpy as np
 
-from . import array_groups, stream_groups
+from . import array_groups, fingerprint, stream_groups
 
 
 class NumpySource:
@@ -57,7 +57,8 @@ class NumpySource:
         self.classes: dict[str, list[str]] = {}
 
     def describe(self) -> dict[str, Any]:
-        return {"from": self.kind, "path": str(self.path.resolve())}
+        return {"from": self.kind, "path": str(self.path.resolve()),
+                "files": fingerprint([self.path])}
 
     def groups(self, start: int, max_bytes: int) -> Iterator[dict[str, Any]]:
         if self.kind == "npy":

@@ -16,6 +16,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import fingerprint
+
 #: Extensions read as text, and the one read as an integer label.
 TEXT = ("txt", "json")
 LABEL = "cls"
@@ -55,7 +57,8 @@ class WebDatasetSource:
         self.classes: dict[str, list[str]] = {}
 
     def describe(self) -> dict[str, Any]:
-        return {"from": "webdataset", "path": str(self.path.resolve())}
+        return {"from": "webdataset", "path": str(self.path.resolve()),
+                "files": fingerprint(self.shards)}
 
     def _samples(self) -> Iterator[tuple[Path, str, dict[str, bytes]]]:
         """Every sample: its shard, its key and its files by extension."""
