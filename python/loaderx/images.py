@@ -104,5 +104,16 @@ class Images:
         }
 
     def __repr__(self) -> str:
-        options = ", ".join(f"{k}={v!r}" for k, v in self.identity.items() if k != "size")
-        return f"Images({tuple(self.identity['size'])}, {options})"
+        i = self.identity
+        # The options that mean something for this pipeline: its crop's own
+        # parameters, and what differs from the defaults.
+        shown = {"channels": i["channels"], "crop": i["crop"]}
+        if i["crop"] == "center":
+            shown["fraction"] = i["fraction"]
+        if i["crop"] == "random":
+            shown.update(scale=tuple(i["scale"]), ratio=tuple(i["ratio"]))
+        shown.update({k: i[k] for k in ("flip", "mean", "std") if i[k]})
+        if i["on_error"] != "raise":
+            shown["on_error"] = i["on_error"]
+        options = ", ".join(f"{k}={v!r}" for k, v in shown.items())
+        return f"Images({tuple(i['size'])}, {options})"

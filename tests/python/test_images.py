@@ -217,3 +217,10 @@ def test_bad_image_arguments_are_refused(cells):
                    images={"image": Images(32, on_error="blank")})
     with pytest.raises(TypeError):
         DataLoader({"image": ds}, images={"image": "224"})
+
+
+def test_the_repr_shows_what_the_pipeline_uses():
+    assert repr(Images(28)) == "Images((28, 28), channels=3, crop='resize')"
+    text = repr(Images(224, crop="random", flip=True, on_error="blank"))
+    assert "scale=(0.08, 1.0)" in text and "flip=True" in text and "on_error='blank'" in text
+    assert "fraction" not in text and "mean" not in text
