@@ -43,6 +43,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import weakref
 from multiprocessing import reduction
@@ -415,8 +416,13 @@ class _Process:
         except OSError:
             pass
 
-    def close(self) -> None:
-        self.process.join(_EXIT_TIMEOUT)
+    def close(self, deadline: float | None = None) -> None:
+        """Waits until `deadline` (monotonic; `_EXIT_TIMEOUT` from now by
+        default) for the process to exit, kills it if it has not, and frees
+        its pipe and arenas."""
+        if deadline is None:
+            deadline = time.monotonic() + _EXIT_TIMEOUT
+        self.process.join(max(0.0, deadline - time.monotonic()))
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
@@ -535,5 +541,8 @@ class TransformProcesses:
         _LIVE.discard(self)
         for p in processes:
             p.stop()
+        # One wait for them all, so that closing many busy processes takes
+        # no longer than closing one.
+        deadline = time.monotonic() + _EXIT_TIMEOUT
         for p in processes:
-            p.close()
+            p.close(deadline)

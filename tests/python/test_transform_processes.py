@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import loaderx
+import loaderx.transform_processes
 from loaderx import DataLoader, Dataset, Sampler
 
 from conftest import WATCHDOG, close_under_a_waiting_consumer, returns_within
@@ -237,9 +238,12 @@ def test_a_killed_worker_fails_its_step_naming_the_signal(streams, transform, si
     assert children() == []
 
 
-def test_close_is_prompt_while_processes_are_busy(streams):
-    it = loader(streams, transform=sleep_long, transform_mode="process", transform_workers=2)
-    time.sleep(0.5)  # both processes inside the transform
+def test_close_is_prompt_while_processes_are_busy(streams, monkeypatch):
+    # close() gives busy processes one grace period in all, then kills them:
+    # with 4 of them and 2 s of grace, 2 s, not 8 (one each).
+    monkeypatch.setattr(loaderx.transform_processes, "_EXIT_TIMEOUT", 2.0)
+    it = loader(streams, transform=sleep_long, transform_mode="process", transform_workers=4)
+    time.sleep(1)  # every process inside the transform
     started = time.monotonic()
     returns_within(it.close)
     assert time.monotonic() - started < 5
