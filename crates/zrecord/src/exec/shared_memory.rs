@@ -16,6 +16,9 @@ use std::ptr::NonNull;
 /// all of it; both go when it is dropped.
 pub(crate) struct SharedMemory {
     map: memmap2::MmapMut,
+    // Read for its descriptor; where descriptors are not shared (Windows)
+    // no SharedMemory is ever made (`nameless_file` gives None).
+    #[cfg_attr(not(unix), allow(dead_code))]
     file: File,
 }
 
