@@ -205,18 +205,18 @@ class DataLoader:
         for name, fn in (("transform", transform), ("map", map)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be callable")
-        python_work = transform is not None or map is not None
+        batch_work = BatchWork(transform, map, labelset is not None, bool(sample_rngs))
         if transform_workers is None:
-            transform_workers = 1 if python_work else 0
+            transform_workers = 1 if batch_work.active else 0
         transform_workers = non_negative("transform_workers", transform_workers, MAX_WORKERS)
-        transform_mode_arg(transform_mode, python_work, transform_workers)
+        transform_mode_arg(transform_mode, batch_work.active, transform_workers)
         shard = shard_arg(shard)
         padded = pad_arg(pad, streams)
         decoded = images_arg(images, streams)
         epochs, last_batch = pass_args(epochs, last_batch, streams)
         if mixture is not None and epochs is not None:
             raise ValueError("a Mixture is endless: epochs= is for a dataset or a table")
-        if sample_rngs and not python_work:
+        if sample_rngs and not batch_work.active:
             raise ValueError("sample_rngs=True needs a transform or map to hand the generators to")
 
         self.dataset = dataset
@@ -234,7 +234,7 @@ class DataLoader:
                 next(iter(lengths.values())), batch_size, mode, seed, shard=shard,
                 epochs=epochs, last_batch=last_batch,
             )
-        self._batch_work = BatchWork(transform, map, labelset is not None, bool(sample_rngs))
+        self._batch_work = batch_work
         self._num_workers = num_workers
         self._prefetch_size = prefetch_size
         self._transform_workers = transform_workers

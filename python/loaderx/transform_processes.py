@@ -274,18 +274,19 @@ class _Mapped:
             del self.maps[key]
         return dropped
 
-    def places(self, keys: set[tuple[int, int]]) -> Callable[[np.ndarray], _Array | None]:
-        """What finds a result's array in the batch buffers of `keys`."""
-        spans = [(key, *_span(self.maps[key])) for key in keys]
 
-        def place(a: np.ndarray) -> _Array | None:
-            at = _address(a)
-            for key, start, stop in spans:
-                if start <= at and at + a.nbytes <= stop and a.flags.c_contiguous:
-                    return _Array(at - start, a.dtype, a.shape, key)
-            return None
+def _finder(spans: list[tuple[Any, int, int]]) -> Callable[[np.ndarray], _Array | None]:
+    """What finds an array that lies whole and contiguous in one of the
+    memories of `spans` (`(where, start, stop)`): its place there."""
 
-        return place
+    def place(a: np.ndarray) -> _Array | None:
+        at = _address(a)
+        for where, start, stop in spans:
+            if start <= at and at + a.nbytes <= stop and a.flags.c_contiguous:
+                return _Array(at - start, a.dtype, a.shape, where)
+        return None
+
+    return place
 
 
 def _serve(conn: Any, inp: Arena, out: Arena, work: Callable[..., Any], parent: int,
@@ -316,15 +317,10 @@ def _serve(conn: Any, inp: Arena, out: Arena, work: Callable[..., Any], parent: 
         def memory(where: Any) -> Any:
             return inp.map if where == WRITTEN else mapped.maps[where]
 
-        came_in = mapped.places(keys)
-        input_span = _span(inp.map)
-
-        def places(a: np.ndarray) -> _Array | None:
-            at = _address(a)
-            if input_span[0] <= at and at + a.nbytes <= input_span[1] and a.flags.c_contiguous:
-                return _Array(at - input_span[0], a.dtype, a.shape, CAME_IN)
-            return came_in(a)
-
+        # A result's array that is part of what came in (the input arena or
+        # this batch's shared buffers) goes back as its place there.
+        places = _finder([(CAME_IN, *_span(inp.map)),
+                          *((key, *_span(mapped.maps[key])) for key in keys)])
         try:
             result = work(unpack(tree, memory, copy=lambda where: False), seeds)
             reply: tuple = ("ok", pack(result, out, places), out.size, dropped)
@@ -367,7 +363,7 @@ class _Process:
         finally:
             child.close()
 
-    def run(self, step: int, batch: Any, seeds: Any) -> Any:
+    def run(self, batch: Any, seeds: Any) -> Any:
         shared = Shared()
         tree = pack(batch, self.inp, shared.place)
         new = [key for key in shared.buffers if key not in self.known]
@@ -505,7 +501,7 @@ class TransformProcesses:
                 if self.closed:
                     raise RuntimeError("the loader's transform processes are closed") from None
         try:
-            result = p.run(step, batch, seeds)
+            result = p.run(batch, seeds)
         except (EOFError, OSError):
             # The process is gone: closed under this thread (close() then
             # owns it), or dead, and then this thread takes it out.
