@@ -240,13 +240,19 @@ def test_a_killed_worker_fails_its_step_naming_the_signal(streams, transform, si
 
 def test_close_is_prompt_while_processes_are_busy(streams, monkeypatch):
     # close() gives busy processes one grace period in all, then kills them:
-    # with 4 of them and 2 s of grace, 2 s, not 8 (one each).
-    monkeypatch.setattr(loaderx.transform_processes, "_EXIT_TIMEOUT", 2.0)
+    # every process is waited for until the same deadline, not one each.
+    deadlines = []
+    close = loaderx.transform_processes._Process.close
+
+    def recording(self, deadline=None):
+        deadlines.append(deadline)
+        close(self, deadline)
+
+    monkeypatch.setattr(loaderx.transform_processes._Process, "close", recording)
     it = loader(streams, transform=sleep_long, transform_mode="process", transform_workers=4)
     time.sleep(1)  # every process inside the transform
-    started = time.monotonic()
     returns_within(it.close)
-    assert time.monotonic() - started < 5
+    assert len(deadlines) == 4 and None not in deadlines and len(set(deadlines)) == 1
     assert children() == []
     # And with a consumer waiting in next() on another thread.
     it = loader(streams, transform=sleep_long, transform_mode="process", transform_workers=2)
