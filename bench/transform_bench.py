@@ -18,9 +18,10 @@ gathers on 2 native workers:
    Grain's `MapDataset.map` with the same function, batched, on 2 worker
    processes (`mp_prefetch`), with its default read options and with
    `ReadOptions(num_threads=0)`, which Grain advises for data in memory.
-2. A transform that does nothing (`transform=identity`) on batches of 2048
-   (1.6 MB of images): on 2 threads and on 2 processes, what carrying a
-   batch to a process and back costs; and the loader without a transform.
+2. A transform that does nothing (`transform=identity`) on batches of 2048,
+   8192 and 32768 (1.6, 6.4 and 25.7 MB of images): on 2 threads and on 2
+   processes, what carrying a batch to a process and back costs; and the
+   loader without a transform.
 
 Each configuration runs in a process of its own (`--config NAME`), which
 first reads its files once (page cache), then takes its first batch and a
@@ -46,8 +47,8 @@ from harness import machine  # noqa: E402
 DATA = common.OUT / "transform-bench"
 TABLE = DATA / "fashion-mnist"
 ARRAYS = {name: DATA / f"{name}.npy" for name in ("image", "label")}
-#: The batch of the pass-through configurations: at least 1 MiB of images.
-LARGE = 2048
+#: The batches of the pass-through configurations: at least 1 MiB of images.
+LARGE = (2048, 8192, 32768)
 #: Bytes of one sample (a 28 x 28 uint8 image and an int64 label), for MB/s.
 SAMPLE_BYTES = 28 * 28 + 8
 
@@ -77,12 +78,16 @@ MAP = {
     "grain": ("Grain, 2 worker processes", None),
     "grain-threads-0": ("Grain, 2 worker processes, num_threads=0", None),
 }
+#: name -> (row label, DataLoader arguments, batch size).
 PASS = {
-    "pass-plain": ("ours, no transform", dict()),
-    "pass-threads-2": ("ours, identity on 2 threads", dict(transform=identity,
-                                                           transform_workers=2)),
-    "pass-processes-2": ("ours, identity in 2 processes", dict(
-        transform=identity, transform_workers=2, transform_mode="process")),
+    f"pass-{kind}-{size}": (f"{label}, batches of {size}", kw, size)
+    for size in LARGE
+    for kind, label, kw in [
+        ("plain", "ours, no transform", dict()),
+        ("threads", "ours, identity on 2 threads", dict(transform=identity, transform_workers=2)),
+        ("processes", "ours, identity in 2 processes",
+         dict(transform=identity, transform_workers=2, transform_mode="process")),
+    ]
 }
 CONFIGS = {**MAP, **PASS}
 GRAIN = ("grain", "grain-threads-0")
@@ -91,7 +96,8 @@ TARGETS = [
     ("map: 2 processes / 2 threads", "map-processes-2", "map-threads-2", 1.7),
     ("map: 2 processes / 1 process", "map-processes-2", "map-processes-1", 1.8),
     ("map: ours, 2 processes / Grain, 2 workers", "map-processes-2", "Grain", 1.5),
-    ("pass-through: 2 processes / 2 threads", "pass-processes-2", "pass-threads-2", 0.9),
+    *((f"pass-through, batches of {size} ({size * 784 / 1e6:.1f} MB): 2 processes / 2 threads",
+       f"pass-processes-{size}", f"pass-threads-{size}", 0.9) for size in LARGE),
 ]
 
 
@@ -187,7 +193,8 @@ def batches(name):
         return grain_batches(name)
     if name in MAP:
         return ours(common.BATCH, **MAP[name][1])
-    return ours(LARGE, **PASS[name][1])
+    _, kw, size = PASS[name]
+    return ours(size, **kw)
 
 
 def check(name, batch):
@@ -195,7 +202,8 @@ def check(name, batch):
     if name in MAP:
         want = {"f": (np.float64, (common.BATCH,)), "label": (np.int64, (common.BATCH,))}
     else:
-        want = {"image": (np.uint8, (LARGE, 28, 28)), "label": (np.int64, (LARGE,))}
+        size = PASS[name][2]
+        want = {"image": (np.uint8, (size, 28, 28)), "label": (np.int64, (size,))}
     got = {k: (v.dtype, v.shape) for k, v in batch.items()}
     if got != {k: (np.dtype(d), s) for k, (d, s) in want.items()}:
         raise ValueError(f"batches of {got}, not {want}")
@@ -338,27 +346,27 @@ def report(r, stem):
         lines += ["", f"\"Grain\" is the faster of the two: {MAP[grain][0]}."]
     lines += [
         "",
-        f"## A transform that does nothing, on batches of {d['large_batch']}",
+        "## A transform that does nothing, on batches of at least 1 MiB",
         "",
-        f"`transform=identity` (`def identity(batch): return batch`) on batches of "
-        f"{d['large_batch']} ({d['large_batch'] * 784 / 1e6:.1f} MB of images), "
-        "`transform_workers=2`: what carrying a batch to a process and back costs, against "
-        "threads, which hand the batch over as it is. The images are gathered into shared "
-        "memory that the processes map and come back as that memory, without a copy; the "
-        "labels (16 kB, under the 64 KiB below which shared memory is not used) are copied "
-        "into the process's input arena and out of it. What is left is the round trip: the "
-        "batch's structure pickled through a pipe both ways, and the two processes and the "
-        "pool thread that the gather shares the cores with. "
+        "`transform=identity` (`def identity(batch): return batch`) on batches of "
+        + ", ".join(f"{size} ({size * 784 / 1e6:.1f} MB of images)" for size in d["large_batch"])
+        + ", `transform_workers=2`: what carrying a batch to a process and back costs, against "
+        "threads, which hand the batch over as it is. The images (and the labels from 64 KiB "
+        "on) are gathered into shared memory that the processes map and come back as that "
+        "memory, without a copy; smaller arrays are copied into the process's input arena and "
+        "out of it. What is left is a fixed cost a batch: its structure pickled through a pipe "
+        "both ways, a process and a pool thread woken, on the cores that the gather uses too. "
         f"MB/s counts a sample's {SAMPLE_BYTES} bytes (image and label).",
         "",
         "| configuration | samples/s | MB/s | / no transform | / 2 threads |",
         "|---|---|---|---|---|",
     ]
-    for name, (label, _) in PASS.items():
+    for name, (label, _, size) in PASS.items():
         v = c[name]
         mbs = f"{v['samples_s'] * SAMPLE_BYTES / 1e6:,.0f}" if v["status"] == "ok" else "–"
-        lines.append(f"| {label} | {rate(name)} | {mbs} | {cell(ratio(name, 'pass-plain'))} | "
-                     f"{cell(ratio(name, 'pass-threads-2'))} |")
+        lines.append(f"| {label} | {rate(name)} | {mbs} | "
+                     f"{cell(ratio(name, f'pass-plain-{size}'))} | "
+                     f"{cell(ratio(name, f'pass-threads-{size}'))} |")
     lines += ["", "## Targets", ""]
     for what, name, base, want in TARGETS:
         got = ratio(name, base)
@@ -378,7 +386,7 @@ def report(r, stem):
         "| configuration | peak RSS | worker processes | together |",
         "|---|---|---|---|",
     ]
-    for name, (label, _) in CONFIGS.items():
+    for name, (label, *_) in CONFIGS.items():
         v = c[name]
         if v["status"] != "ok":
             lines.append(f"| {label} | {v['status']} | | |")
@@ -397,7 +405,7 @@ def chart(r):
 
     c = r["configs"]
     parts = [(MAP, "samples/s: features (pure Python) as map=, batches of 256"),
-             (PASS, f"samples/s: identity transform, batches of {r['data']['large_batch']}")]
+             (PASS, "samples/s: identity transform")]
     parts = [([n for n in configs if c[n]["status"] == "ok"], configs, xlabel)
              for configs, xlabel in parts]
     fig, axes = plt.subplots(2, 1, figsize=(9, 0.45 * sum(len(n) for n, _, _ in parts) + 3),
@@ -405,7 +413,7 @@ def chart(r):
     for ax, (names, configs, xlabel) in zip(axes, parts):
         y = list(range(len(names)))[::-1]
         ax.barh(y, [c[n]["samples_s"] for n in names],
-                color=["tab:gray" if n in GRAIN or n == "pass-plain" else
+                color=["tab:gray" if n in GRAIN or n.startswith("pass-plain") else
                        "tab:orange" if "process" in n else "tab:blue" for n in names])
         ax.set_yticks(y, [configs[n][0] for n in names])
         for yi, n in zip(y, names):

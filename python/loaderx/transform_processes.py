@@ -34,11 +34,14 @@ from __future__ import annotations
 
 import atexit
 import collections
+import functools
+import math
 import mmap
 import multiprocessing
 import os
 import pickle
 import queue
+import select
 import signal
 import sys
 import tempfile
@@ -66,6 +69,10 @@ _PARENT_CHECK = 0.5
 #: stream) in the usual configurations.
 _MAPPED = 32
 
+#: Messages are plain pickles (nothing in them needs multiprocessing's own
+#: reducers), which skip the ForkingPickler made for every message.
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
 #: How long close() waits for a process to exit before it kills it.
 _EXIT_TIMEOUT = 0.5
 
@@ -78,12 +85,28 @@ WRITTEN, CAME_IN = 0, 1
 
 class _Array(NamedTuple):
     """An array's place in a batch's structure: `offset` bytes into the
-    memory `where` says."""
+    memory `where` says. A built-in dtype travels as its string: a dtype
+    object pickles several times slower, and this goes both ways every
+    step; a structured or user-defined one (bfloat16) as itself, which its
+    string does not describe."""
 
     offset: int
-    dtype: np.dtype
+    dtype: str | np.dtype
     shape: tuple[int, ...]
     where: int | tuple[int, int] = WRITTEN
+
+
+def _dtype_name(dtype: np.dtype) -> str | np.dtype:
+    return dtype.str if dtype.isbuiltin == 1 else dtype
+
+
+@functools.lru_cache(maxsize=None)
+def _named_dtype(name: str) -> np.dtype:
+    return np.dtype(name)
+
+
+def _dtype(name: str | np.dtype) -> np.dtype:
+    return _named_dtype(name) if type(name) is str else name
 
 
 class Arena:
@@ -176,7 +199,7 @@ class Shared:
         st = os.fstat(owner.fd)
         key = (st.st_dev, st.st_ino)
         self.buffers[key] = (root, owner.fd)
-        return _Array(_address(a) - _address(root), a.dtype, a.shape, key)
+        return _Array(_address(a) - _address(root), _dtype_name(a.dtype), a.shape, key)
 
 
 # The walks below are module functions that pass what they need along: a
@@ -205,11 +228,11 @@ def _place(v: Any, places: Callable[[np.ndarray], _Array | None],
         if found is not None:
             return found
         if not v.nbytes:
-            return _Array(0, v.dtype, v.shape)
+            return _Array(0, _dtype_name(v.dtype), v.shape)
         end = copies[-1][1] + copies[-1][0].nbytes if copies else 0
         offset = -(-end // _ALIGN) * _ALIGN
         copies.append((v, offset))
-        return _Array(offset, v.dtype, v.shape)
+        return _Array(offset, _dtype_name(v.dtype), v.shape)
     if type(v) is dict:
         return {k: _place(x, places, copies) for k, x in v.items()}
     if type(v) in (list, tuple):
@@ -222,9 +245,10 @@ def unpack(tree: Any, memory: Callable[[Any], Any], copy: Callable[[Any], bool])
     `memory(where)` gives (an mmap or an array), or copies of them where
     `copy(where)`."""
     if isinstance(tree, _Array):
-        if not np.prod(tree.shape, dtype=np.int64):
-            return np.empty(tree.shape, tree.dtype)
-        a = np.ndarray(tree.shape, tree.dtype, buffer=memory(tree.where), offset=tree.offset)
+        dtype = _dtype(tree.dtype)
+        if not math.prod(tree.shape):
+            return np.empty(tree.shape, dtype)
+        a = np.ndarray(tree.shape, dtype, buffer=memory(tree.where), offset=tree.offset)
         return a.copy() if copy(tree.where) else a
     if type(tree) is dict:
         return {k: unpack(x, memory, copy) for k, x in tree.items()}
@@ -249,12 +273,13 @@ def _die_with_parent(with_pdeathsig: bool) -> None:
 
 class _Mapped:
     """A worker's mappings of the shared batch buffers it has been sent,
-    by key, the least recently used dropped past `_MAPPED` (a buffer the
-    loader freed is kept mapped until then)."""
+    by key, with the addresses each covers, the least recently used dropped
+    past `_MAPPED` (a buffer the loader freed is kept mapped until then)."""
 
     def __init__(self) -> None:
         self.maps: collections.OrderedDict[tuple[int, int], mmap.mmap] = (
             collections.OrderedDict())
+        self.spans: dict[tuple[int, int], tuple[int, int]] = {}
 
     def receive(self, conn: Any, keys: list[tuple[int, int]]) -> None:
         for key in keys:
@@ -263,6 +288,7 @@ class _Mapped:
                 self.maps[key] = mmap.mmap(fd, os.fstat(fd).st_size)
             finally:
                 os.close(fd)
+            self.spans[key] = _span(self.maps[key])
 
     def use(self, keys: set[tuple[int, int]]) -> list[tuple[int, int]]:
         """Marks `keys` used now; drops (and returns) the mappings beyond
@@ -271,7 +297,7 @@ class _Mapped:
             self.maps.move_to_end(key)
         dropped = [key for key in self.maps if key not in keys][: max(0, len(self.maps) - _MAPPED)]
         for key in dropped:
-            del self.maps[key]
+            del self.maps[key], self.spans[key]
         return dropped
 
 
@@ -283,7 +309,7 @@ def _finder(spans: list[tuple[Any, int, int]]) -> Callable[[np.ndarray], _Array 
         at = _address(a)
         for where, start, stop in spans:
             if start <= at and at + a.nbytes <= stop and a.flags.c_contiguous:
-                return _Array(at - start, a.dtype, a.shape, where)
+                return _Array(at - start, _dtype_name(a.dtype), a.shape, where)
         return None
 
     return place
@@ -298,19 +324,26 @@ def _serve(conn: Any, inp: Arena, out: Arena, work: Callable[..., Any], parent: 
     # means, and closes the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     mapped = _Mapped()
+    # One poll object for the life of the process: Connection.poll builds a
+    # selector on every call, a cost paid each step.
+    ready = select.poll()
+    ready.register(conn.fileno(), select.POLLIN)
+    came_in = _span(inp.map)
     while True:
         try:
-            while not conn.poll(_PARENT_CHECK):
+            while not ready.poll(_PARENT_CHECK * 1000):
                 if os.getppid() != parent:
                     return
-            message = conn.recv()
+            message = pickle.loads(conn.recv_bytes())
             if message is None:
                 return
             size, tree, seeds, keys, new = message
             mapped.receive(conn, new)
         except (EOFError, OSError):
             return
-        inp.remap(size)
+        if size != inp.size:
+            inp.remap(size)
+            came_in = _span(inp.map)
         keys = set(keys)
         dropped = mapped.use(keys)
 
@@ -319,15 +352,14 @@ def _serve(conn: Any, inp: Arena, out: Arena, work: Callable[..., Any], parent: 
 
         # A result's array that is part of what came in (the input arena or
         # this batch's shared buffers) goes back as its place there.
-        places = _finder([(CAME_IN, *_span(inp.map)),
-                          *((key, *_span(mapped.maps[key])) for key in keys)])
+        places = _finder([(CAME_IN, *came_in), *((key, *mapped.spans[key]) for key in keys)])
         try:
             result = work(unpack(tree, memory, copy=lambda where: False), seeds)
             reply: tuple = ("ok", pack(result, out, places), out.size, dropped)
             del result
-            payload = reduction.ForkingPickler.dumps(reply)
+            payload = pickle.dumps(reply, _PROTOCOL)
         except BaseException as e:  # noqa: BLE001: every error goes back to next()
-            payload = reduction.ForkingPickler.dumps(("error", *_portable(e), dropped))
+            payload = pickle.dumps(("error", *_portable(e), dropped), _PROTOCOL)
         conn.send_bytes(payload)
 
 
@@ -367,11 +399,12 @@ class _Process:
         shared = Shared()
         tree = pack(batch, self.inp, shared.place)
         new = [key for key in shared.buffers if key not in self.known]
-        self.conn.send((self.inp.size, tree, seeds, list(shared.buffers), new))
+        self.conn.send_bytes(pickle.dumps((self.inp.size, tree, seeds, list(shared.buffers), new),
+                                          _PROTOCOL))
         for key in new:
             reduction.send_handle(self.conn, shared.buffers[key][1], self.process.pid)
             self.known.add(key)
-        reply = self.conn.recv()
+        reply = pickle.loads(self.conn.recv_bytes())
         self.known.difference_update(reply[-1])
         if reply[0] == "error":
             _, error, text, _ = reply
@@ -408,7 +441,7 @@ class _Process:
 
     def stop(self) -> None:
         try:
-            self.conn.send(None)
+            self.conn.send_bytes(pickle.dumps(None))
         except OSError:
             pass
 

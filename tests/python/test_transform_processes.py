@@ -16,6 +16,7 @@ import sys
 import textwrap
 import time
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -140,6 +141,33 @@ def test_processes_give_the_threads_batches_in_step_order(streams, method):
         w.pop("pid")
         same(w, g)
     assert children() == []
+
+
+def every_dtype(batch):
+    """Arrays of the dtypes a built-in dtype's string names and of those it
+    does not (structured, bfloat16), empty, 0-d and not contiguous."""
+    y = batch["y"]
+    rec = np.zeros(len(y), dtype=[("label", "<i4"), ("half", "<f2"), ("code", "S3")])
+    rec["label"], rec["half"], rec["code"] = y, y / 2, [b"a%d" % (v % 10) for v in y]
+    return {
+        "bfloat16": (y / 3).astype(ml_dtypes.bfloat16), "record": rec,
+        "big": y.astype(">u4"), "when": y.astype("datetime64[s]"), "text": y.astype("U4"),
+        "flag": y % 2 == 0, "complex": y * (1 + 2j), "empty": np.zeros((0, 3), np.float32),
+        "scalar": np.float64(y.sum()) * np.ones(()), "strided": batch["x"][:, ::2, 1],
+    }
+
+
+def test_every_dtype_comes_back_as_it_was_made(streams):
+    with loader(streams, transform=every_dtype) as threads:
+        want = take(threads, 6)
+    with loader(streams, transform=every_dtype, transform_mode="process",
+                transform_workers=2) as processes:
+        got = take(processes, 6)
+    for w, g in zip(want, got):
+        assert {k: (v.dtype, v.shape) for k, v in w.items()} == \
+            {k: (v.dtype, v.shape) for k, v in g.items()}
+        for k in w:
+            assert w[k].tobytes() == g[k].tobytes(), k
 
 
 def test_resume_with_processes_is_bit_identical(streams):
