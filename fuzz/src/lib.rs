@@ -13,7 +13,7 @@ pub mod common;
 
 use zrecord::layout::entry_offset;
 use zrecord::{
-    chunk_file_name, Store, CHECKSUM_FILE_NAME, JOURNAL_FILE_NAME, MAX_RECORDS, MAX_RECORD_LEN,
+    chunk_file_name, Store, CHECKSUM_FILE_NAME, JOURNAL_FILE_NAME, MAX_RECORDS, V1_MAX_RECORD_LEN,
     META_FILE_LEN, META_FILE_NAME,
 };
 
@@ -163,8 +163,10 @@ impl Image {
 
 /// Records larger than this are gathered into a buffer too small for them
 /// (the gather must refuse); smaller ones get exactly their length, so a
-/// length just over the record limit reaches the decoder's own check.
-const MAX_PROBE_LEN: u64 = MAX_RECORD_LEN as u64 + 64;
+/// length just over a format-1 store's record limit reaches the decoder's
+/// own check. (A fuzzed version 2 allows lengths up to 1 GiB: those are not
+/// given room, so that a run never allocates that much.)
+const MAX_PROBE_LEN: u64 = V1_MAX_RECORD_LEN as u64 + 64;
 /// The batch gather is skipped when its destination would be larger.
 const MAX_BATCH_BYTES: usize = 16 << 20;
 /// At most this many indices are read from a store whose length is larger

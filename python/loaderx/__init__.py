@@ -23,6 +23,7 @@ transparent per-record compression and an endless, step-based data loader.
 
 from ._native import (
     MAX_RECORD_LEN,
+    V1_MAX_RECORD_LEN,
     BufferTooSmallError,
     CorruptStoreError,
     InvalidArgumentError,
@@ -82,5 +83,6 @@ __all__ = [
     "Sampler",
     "SampleRngs",
     "MAX_RECORD_LEN",
+    "V1_MAX_RECORD_LEN",
     "__version__",
 ]

@@ -12,6 +12,10 @@ import numpy as np
 import numpy.typing as npt
 
 MAX_RECORD_LEN: int
+"""The largest record: 1 GiB. A store with a record over V1_MAX_RECORD_LEN is
+format 2, which loaderx 0.5.0 refuses."""
+V1_MAX_RECORD_LEN: int
+"""The largest record of a format-1 store, which loaderx 0.5.0 reads: 1 MiB."""
 __version__: str
 
 def gather_threads() -> int:
@@ -86,6 +90,10 @@ class Zrecord:
     def path(self) -> str: ...
     @property
     def read_only(self) -> bool: ...
+    @property
+    def version(self) -> int:
+        """The store's format version: 1 (what loaderx 0.5.0 reads), or 2
+        once it holds a record over V1_MAX_RECORD_LEN (1 MiB)."""
     @property
     def codec(self) -> str: ...
     @property

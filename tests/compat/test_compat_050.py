@@ -296,12 +296,16 @@ else:
 """
 
 
-@pytest.mark.parametrize("what", ["zstd-dict", "bfloat16"])
+@pytest.mark.parametrize("what", ["zstd-dict", "bfloat16", "big-records"])
 def test_0_5_0_refuses_what_it_cannot_read_cleanly(tmp_path, what):
     """A store that needs a feature 0.5.0 lacks (the zstd-dict codec, an
-    ml_dtypes dtype) makes 0.5.0 raise, neither crash nor return bytes."""
+    ml_dtypes dtype, records over 1 MiB: format 2) makes 0.5.0 raise, neither
+    crash nor return bytes."""
     rng = np.random.default_rng(0)
     data = (rng.integers(0, 4, size=(3000, 512)) * 3).astype(np.uint8)
+    if what == "big-records":
+        data = data.reshape(3, -1)  # 512,000 bytes a sample: 1.5 MiB
+        data = np.concatenate([data, data, data], axis=1)
     if what == "bfloat16":
         import ml_dtypes
 
@@ -314,3 +318,5 @@ def test_0_5_0_refuses_what_it_cannot_read_cleanly(tmp_path, what):
                           text=True, env=_ref_env(), timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("refused:"), proc.stdout
+    if what == "big-records":
+        assert "version" in proc.stdout.lower(), proc.stdout

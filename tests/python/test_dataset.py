@@ -8,7 +8,7 @@ import pytest
 
 import loaderx
 from conftest import array_of, compressible, same_bytes
-from loaderx import MAX_RECORD_LEN, DataLoader, Dataset, Zrecord, ZrecordError
+from loaderx import MAX_RECORD_LEN, V1_MAX_RECORD_LEN, DataLoader, Dataset, Zrecord, ZrecordError
 from loaderx import dataset as dataset_module
 
 CODECS = ["raw", "flate", "lz4", "zstd", "zstd-dict"]
@@ -187,8 +187,8 @@ def test_write_refuses_bad_arrays_and_arguments(tmp_path):
     with pytest.raises(ValueError, match="chunk_bytes"):
         Dataset.write(path, np.zeros(3), chunk_bytes=0)
     assert not (path / "schema.json").exists()
-    # A sample of exactly the limit is fine.
-    ds = Dataset.write(path, np.zeros((2, MAX_RECORD_LEN), np.uint8), durable=False)
+    # A sample of exactly 1 MiB is fine (bigger ones too: test_big_records.py).
+    ds = Dataset.write(path, np.zeros((2, V1_MAX_RECORD_LEN), np.uint8), durable=False)
     assert len(ds) == 2
     ds.close()
 

@@ -20,7 +20,7 @@ def test_all_lists_exactly_the_public_api():
         "CorruptStoreError", "InvalidArgumentError", "BufferTooSmallError",
         "RecordTooLargeError", "StoreFullError", "StoreIOError", "StoreReadOnlyError",
         "StoreForkedError", "StoreMemoryError",
-        "Sampler", "SampleRngs", "MAX_RECORD_LEN", "__version__",
+        "Sampler", "SampleRngs", "MAX_RECORD_LEN", "V1_MAX_RECORD_LEN", "__version__",
     ]
     for name in loaderx.__all__:
         assert hasattr(loaderx, name), name
@@ -33,8 +33,9 @@ def test_version_comes_from_the_crate():
     assert _native.__version__ == loaderx.__version__
 
 
-def test_max_record_len_is_one_mib():
-    assert loaderx.MAX_RECORD_LEN == 1 << 20
+def test_record_limits_are_one_gib_and_one_mib_in_format_1():
+    assert loaderx.MAX_RECORD_LEN == 1 << 30
+    assert loaderx.V1_MAX_RECORD_LEN == 1 << 20
 
 
 def test_zrecord_error_is_a_runtime_error_that_pickles_with_its_code(tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import Counter, compressible, random_bytes
-from loaderx import MAX_RECORD_LEN, InvalidArgumentError, Zrecord, ZrecordError
+from loaderx import MAX_RECORD_LEN, V1_MAX_RECORD_LEN, InvalidArgumentError, Zrecord, ZrecordError
 
 CODECS = ["raw", "flate", "lz4", "zstd", "zstd-dict"]
 
@@ -241,16 +241,17 @@ def test_indices_out_of_range_negative_or_not_integers(store):
     assert len(store) == 4
 
 
-def test_records_over_one_mib_are_refused(store):
-    big = np.zeros(MAX_RECORD_LEN + 1, np.uint8)
+def test_records_over_one_gib_are_refused(store):
+    big = np.zeros(MAX_RECORD_LEN + 1, np.uint8)  # calloc'd: never touched
     with pytest.raises(ZrecordError) as e:
         store.append(big, 1, MAX_RECORD_LEN + 1)
     assert code_of(e) == -4
     with pytest.raises(ZrecordError) as e:
         store.append_var(big, [0], [MAX_RECORD_LEN + 1])
     assert code_of(e) == -4
-    store.append(big, 1, MAX_RECORD_LEN)  # exactly the limit is fine
-    assert len(store) == 1
+    assert len(store) == 0 and store.version == 1
+    store.append(big, 1, V1_MAX_RECORD_LEN)  # exactly 1 MiB: still format 1
+    assert len(store) == 1 and store.version == 1
 
 
 def test_a_batch_over_the_record_limit_of_the_store_is_full(store):
@@ -315,16 +316,16 @@ def test_a_large_gather_releases_the_gil(tmp_path):
     """A counter thread keeps running during a ~300 MiB gather of flate
     records: the call must not hold the GIL."""
     with Zrecord(tmp_path / "big", codec="flate") as z:
-        rec = compressible(3, MAX_RECORD_LEN)
-        z.append(np.tile(rec, 8), 8, MAX_RECORD_LEN)
-        assert z.stats()["live_bytes"] < 8 * MAX_RECORD_LEN // 2
+        rec = compressible(3, V1_MAX_RECORD_LEN)
+        z.append(np.tile(rec, 8), 8, V1_MAX_RECORD_LEN)
+        assert z.stats()["live_bytes"] < 8 * V1_MAX_RECORD_LEN // 2
         idxs = np.arange(300) % 8
-        dst = np.empty((300, MAX_RECORD_LEN), np.uint8)
+        dst = np.empty((300, V1_MAX_RECORD_LEN), np.uint8)
         with Counter() as counter:
             while counter.count == 0:
                 pass
             before = counter.count
-            z.gather(idxs, dst, MAX_RECORD_LEN)
+            z.gather(idxs, dst, V1_MAX_RECORD_LEN)
             during = counter.count - before
         assert dst[299].tobytes() == rec.tobytes()
         assert during > 1000, f"the counter advanced only {during} times during the gather"

@@ -231,6 +231,13 @@ impl Zrecord {
         Ok(self.shared()?.read_only())
     }
 
+    /// The store's format version: 1 (what loaderx 0.5.0 reads), or 2 once it
+    /// holds a record over V1_MAX_RECORD_LEN (1 MiB).
+    #[getter]
+    fn version(&self) -> PyResult<u16> {
+        Ok(self.shared()?.version())
+    }
+
     /// The default codec of `append`.
     #[getter]
     fn codec(&self) -> &'static str {

@@ -198,7 +198,8 @@ fn gather_ragged<'a>(
         offsets.push(total);
         total += u64::from(len);
     }
-    // At most 2^24 records of at most 1 MiB: no overflow.
+    // At most 2^24 records of at most 1 GiB each: 2^54 bytes, no overflow
+    // of the u64 sum (the allocation below refuses what memory cannot hold).
     let bytes = total as usize;
     let mut buffer = BatchBuffer::new(bytes).ok_or(LoaderError::OutOfMemory { step, bytes })?;
     match mixed {

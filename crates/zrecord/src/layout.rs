@@ -10,7 +10,7 @@ pub use crate::format::checksums::{
 };
 pub use crate::format::header::{
     FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, MAGIC_OFFSET, TAIL_CHUNK_OFFSET,
-    TAIL_OFFSET_OFFSET, VERSION_OFFSET,
+    TAIL_OFFSET_OFFSET, VERSION_1, VERSION_BIG_RECORDS, VERSION_OFFSET,
 };
 pub use crate::format::record_table::{
     entry_offset, physical_address, ENTRY_CHUNK_ID_OFFSET, ENTRY_CODEC_OFFSET, ENTRY_LEN,

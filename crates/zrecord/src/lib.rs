@@ -43,8 +43,12 @@ pub use files::io_hook::{IoEvent, IoHook};
 pub use files::meta_file::META_FILE_NAME;
 pub use format::checksums::Checksum;
 pub use format::codec::{Codec, CodecTag};
-pub use format::header::{Header, FORMAT_VERSION, HEADER_LEN, MAGIC};
-pub use format::limits::{CHUNK_CAPACITY, MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN};
+pub use format::header::{
+    Header, FORMAT_VERSION, HEADER_LEN, MAGIC, VERSION_1, VERSION_BIG_RECORDS,
+};
+pub use format::limits::{
+    CHUNK_CAPACITY, MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN, V1_MAX_RECORD_LEN,
+};
 pub use format::record_table::{RecordLoc, ENTRY_LEN, META_FILE_LEN, TABLE_OFFSET};
 pub use ops::append::{AppendOptions, DEFAULT_APPEND_WAIT};
 pub use ops::compact::CompactReport;

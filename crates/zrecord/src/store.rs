@@ -15,7 +15,7 @@ use crate::files::meta_file::MetaFile;
 use crate::format::checksums::Checksum;
 use crate::format::dictionary::Dictionary;
 use crate::format::header::Header;
-use crate::format::limits::{CHUNK_CAPACITY, MAX_RECORD_LEN};
+use crate::format::limits::CHUNK_CAPACITY;
 use crate::format::record_table::{physical_address, RecordLoc};
 use crate::ops::gather::Checked;
 use crate::ops::verified_records::VerifiedRecords;
@@ -235,7 +235,7 @@ impl Store {
         let mut fresh = Vec::new();
         for i in 0..header.length as usize {
             let loc = self.meta.entry(i);
-            scratch.resize((loc.logic_length as usize).min(MAX_RECORD_LEN), 0);
+            scratch.resize((loc.logic_length as usize).min(header.record_limit()), 0);
             if physical_address(loc.chunk_id, loc.end()) > frontier {
                 let reason = format!(
                     "it ends past the frontier (chunk {} offset {}), where the next append \
@@ -360,6 +360,13 @@ impl Store {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The store's format version as its header says now: 1, or 2 once it
+    /// holds a record over [`crate::V1_MAX_RECORD_LEN`] (docs/FORMAT.md,
+    /// "Versions").
+    pub fn version(&self) -> u16 {
+        self.meta.header().version
     }
 
     /// Copies of the table entries of `idxs`, checked against `len`, for a

@@ -43,8 +43,8 @@ use zrecord::layout::{
 };
 use zrecord::{
     chunk_file_name, Checksums, Codec, Error, RecordLoc, Store, StoreOptions, CHECKSUM_FILE_NAME,
-    ENTRY_LEN, HEADER_LEN, MAX_RECORDS, MAX_RECORD_LEN, META_FILE_LEN, META_FILE_NAME,
-    TABLE_OFFSET,
+    ENTRY_LEN, HEADER_LEN, MAX_RECORDS, META_FILE_LEN, META_FILE_NAME, TABLE_OFFSET,
+    V1_MAX_RECORD_LEN,
 };
 
 /// Tracks the largest single allocation of this test binary, for
@@ -84,7 +84,7 @@ const SENTINEL: u8 = 0xA5;
 /// Indices past the original count that are read when the length grew.
 const PHANTOM_PROBE: u64 = 64;
 /// Larger logical lengths are gathered into a buffer too small for them.
-const MAX_PROBE_LEN: u64 = 4 * MAX_RECORD_LEN as u64;
+const MAX_PROBE_LEN: u64 = 4 * V1_MAX_RECORD_LEN as u64;
 /// Table entries (and checksum slots) whose every byte is damaged.
 const ENTRIES_SWEPT: usize = 4;
 /// The patterns each damaged byte is xor-ed with.

@@ -39,10 +39,17 @@ fn opening_what_is_not_a_store_is_refused_with_the_path() {
     assert!(err.to_string().contains("meta.zr"), "{err}");
     patch(&meta, MAGIC_OFFSET, &MAGIC);
 
-    patch(&meta, VERSION_OFFSET, &2u16.to_le_bytes());
+    patch(&meta, VERSION_OFFSET, &3u16.to_le_bytes());
     let err = Store::open(&path).err().unwrap();
     assert!(
-        matches!(err, Error::UnsupportedVersion { found: 2, .. }),
+        matches!(
+            err,
+            Error::UnsupportedVersion {
+                found: 3,
+                supported: 2,
+                ..
+            }
+        ),
         "{err}"
     );
     patch(&meta, VERSION_OFFSET, &1u16.to_le_bytes());

@@ -17,7 +17,8 @@ use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
 use crate::files::os::{create_once, open_existing};
 use crate::format::header::{
-    Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET, TAIL_OFFSET_OFFSET,
+    Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET,
+    TAIL_OFFSET_OFFSET, VERSION_OFFSET,
 };
 use crate::format::limits::{MAX_CHUNKS, MAX_RECORDS};
 use crate::format::record_table::{entry_offset, RecordLoc, ENTRY_LEN, META_FILE_LEN};
@@ -187,6 +188,24 @@ impl MetaFile {
         debug_assert!(length as usize <= MAX_RECORDS);
         self.announce_write(LENGTH_OFFSET, &length.to_le_bytes())?;
         self.length_atomic().store(length, Ordering::Release);
+        Ok(())
+    }
+
+    /// The largest record the store may hold as its header now says (a
+    /// writer in another process may have raised it since this one opened).
+    pub fn record_limit(&self) -> usize {
+        self.header().record_limit()
+    }
+
+    /// Sets the format version; only ever raised, by an append of a record
+    /// that needs it, before the length that makes the record live. Callers
+    /// hold the store's writer lock.
+    pub fn set_version(&self, version: u16) -> Result<()> {
+        self.announce_write(VERSION_OFFSET, &version.to_le_bytes())?;
+        // SAFETY: the field lies inside the header, in bounds of the mapping,
+        // and is naturally aligned (VERSION_OFFSET is 2-aligned in a
+        // page-aligned mapping); only the holder of the writer lock writes it.
+        unsafe { std::ptr::write_volatile(self.ptr().add(VERSION_OFFSET).cast::<u16>(), version) };
         Ok(())
     }
 

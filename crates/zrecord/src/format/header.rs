@@ -1,11 +1,20 @@
 //! The 16-byte header at the start of `meta.zr` (docs/FORMAT.md, "Header").
 //! Each field's offset is chained from the one before it.
 
+use crate::format::limits::{MAX_RECORD_LEN, V1_MAX_RECORD_LEN};
+
 /// `magic`: the first four bytes of every `meta.zr` (docs/FORMAT.md, "Header").
 pub const MAGIC: [u8; 4] = *b"ZREC";
-/// `version`: the format version this build writes and the newest it reads
+/// `version` of a store whose records are all at most
+/// [`V1_MAX_RECORD_LEN`]: what loaderx 0.5.0 reads, and what a new store is
 /// (docs/FORMAT.md, "Header" and "Versions").
-pub const FORMAT_VERSION: u16 = 1;
+pub const VERSION_1: u16 = 1;
+/// `version` of a store that holds (or held) a record over
+/// [`V1_MAX_RECORD_LEN`], which format-1 readers refuse (docs/FORMAT.md,
+/// "Versions").
+pub const VERSION_BIG_RECORDS: u16 = 2;
+/// The newest format version this build reads.
+pub const FORMAT_VERSION: u16 = VERSION_BIG_RECORDS;
 
 /// Offset of `magic` (docs/FORMAT.md, "Header").
 pub const MAGIC_OFFSET: usize = 0;
@@ -41,10 +50,19 @@ impl Header {
     pub fn empty() -> Header {
         Header {
             magic: MAGIC,
-            version: FORMAT_VERSION,
+            version: VERSION_1,
             tail_chunk: 0,
             tail_offset: 0,
             length: 0,
+        }
+    }
+
+    /// The largest record a store of this header's version may hold.
+    pub fn record_limit(&self) -> usize {
+        if self.version >= VERSION_BIG_RECORDS {
+            MAX_RECORD_LEN
+        } else {
+            V1_MAX_RECORD_LEN
         }
     }
 

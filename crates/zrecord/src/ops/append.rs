@@ -29,7 +29,8 @@ use crate::format::checksums::Checksum;
 use crate::format::codec::Codec;
 use crate::format::dictionary::Dictionary;
 use crate::format::header::Header;
-use crate::format::limits::{MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN};
+use crate::format::header::VERSION_BIG_RECORDS;
+use crate::format::limits::{MAX_CHUNKS, MAX_RECORDS, MAX_RECORD_LEN, V1_MAX_RECORD_LEN};
 use crate::format::record_table::RecordLoc;
 use crate::ops::encode::{encode_batch, Batch, Shard};
 use crate::store::Store;
@@ -237,6 +238,12 @@ impl Store {
         let placement = self.assign_positions(batch, &shards, &header)?;
         self.write_records(batch, &shards, &placement.runs, options.durable)?;
         self.write_entries(first as usize, &placement.locs, &shards, options.durable)?;
+        if header.version < VERSION_BIG_RECORDS && batch.longest() > V1_MAX_RECORD_LEN {
+            // Format 2 before the record is live (publish flushes the header
+            // first), so that no format-1 reader ever meets it; a crash
+            // before the publish leaves a format-2 store without one.
+            self.meta.set_version(VERSION_BIG_RECORDS)?;
+        }
         self.publish(first + n as u32, placement.frontier, options.durable)?;
         if covered {
             self.mark_covered(options.durable)?;

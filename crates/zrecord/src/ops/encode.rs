@@ -38,6 +38,15 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// The length of the batch's longest record (0 for none).
+    pub(crate) fn longest(&self) -> usize {
+        match *self {
+            Batch::Fixed { n, len, .. } => len * usize::from(n > 0),
+            Batch::Ragged { lens, .. } => lens.iter().max().map_or(0, |&l| l as usize),
+            Batch::Slices(records) => records.iter().map(|r| r.len()).max().unwrap_or(0),
+        }
+    }
+
     /// Record `i`; its bounds were checked when the batch was accepted.
     pub(crate) fn get(&self, i: usize) -> &'a [u8] {
         match *self {

@@ -16,7 +16,7 @@ use crate::exec::streaming_copy::RawCopy;
 use crate::files::checksum_file::ChecksumFile;
 use crate::format::checksums::Verdict;
 use crate::format::codec::{decode, Codec};
-use crate::format::limits::{MAX_CHUNKS, MAX_RECORD_LEN};
+use crate::format::limits::{MAX_CHUNKS, V1_MAX_RECORD_LEN};
 use crate::format::record_table::RecordLoc;
 use crate::store::Store;
 
@@ -418,11 +418,17 @@ impl Store {
         raw_copy: RawCopy,
     ) -> Result<Checked> {
         let corrupt = |reason: String| self.corrupt(index as usize, loc, &reason);
-        if loc.logic_length as usize > MAX_RECORD_LEN {
-            return Err(corrupt(format!(
-                "logical length {} exceeds the {MAX_RECORD_LEN} byte limit",
-                loc.logic_length
-            )));
+        if loc.logic_length as usize > V1_MAX_RECORD_LEN {
+            // Past 1 MiB only in a format-2 store (read now: another
+            // process may have raised it since this one opened).
+            let limit = self.meta.record_limit();
+            if loc.logic_length as usize > limit {
+                return Err(corrupt(format!(
+                    "logical length {} exceeds the {limit} byte limit of a format-{} store",
+                    loc.logic_length,
+                    self.meta.header().version
+                )));
+            }
         }
         if loc.chunk_id as usize >= MAX_CHUNKS {
             return Err(corrupt(format!(

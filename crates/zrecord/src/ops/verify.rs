@@ -40,6 +40,7 @@ impl Store {
     /// per bad record; only a failure to read the files is an error.
     pub fn verify(&self) -> Result<VerifyReport> {
         let len = self.meta.length() as u64;
+        let limit = self.meta.record_limit();
         let per = len.div_ceil(workers() as u64).max(1);
         let shards: Vec<(u64, u64)> = (0..len)
             .step_by(per as usize)
@@ -51,7 +52,7 @@ impl Store {
             let mut unchecked = 0;
             for index in start..end {
                 let loc = self.meta.entry(index as usize);
-                scratch.resize((loc.logic_length as usize).min(crate::MAX_RECORD_LEN), 0);
+                scratch.resize((loc.logic_length as usize).min(limit), 0);
                 match self.decode_checked(index, loc, &mut scratch, true, RawCopy::Cached) {
                     Ok(Checked::Yes) => {}
                     Ok(Checked::No) => unchecked += 1,
