@@ -142,6 +142,67 @@ class Zrecord:
     def __repr__(self) -> str: ...
 
 @final
+class Collection:
+    """The published shards of a sharded collection, read as one sequence
+    of records (docs/FORMAT.md, "Collections")."""
+
+    def __init__(
+        self, path: str | PathLike[str], *, checksums: bool | None = None,
+        read_only: bool = False,
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def shards(self) -> list[str]: ...
+    @property
+    def starts(self) -> npt.NDArray[np.uint64]: ...
+    @property
+    def closed(self) -> bool: ...
+    def lengths(self, idxs: _Indices) -> npt.NDArray[np.uint32]: ...
+    def gather(self, idxs: _Indices, dst: npt.NDArray[Any], stride: int) -> None: ...
+    def gather_array(
+        self, idxs: _Indices, stride: int, *, exact: bool = False
+    ) -> npt.NDArray[np.uint8]: ...
+    def gather_var(self, idxs: _Indices, dst: npt.NDArray[Any], offsets: _Indices) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Collection: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool: ...
+
+@final
+class CollectionWriter:
+    """Appends to new shards of its own in a collection's folder and
+    publishes them all at once."""
+
+    def __init__(
+        self,
+        path: str | PathLike[str],
+        codec: str = "flate",
+        *,
+        shard_records: int | None = None,
+        shard_bytes: int | None = None,
+        checksums: bool | None = None,
+    ) -> None: ...
+    def append(
+        self, src: _Src, n: int, item_len: int, codec: str | None = None, *,
+        level: int | None = None, durable: bool = False,
+    ) -> None: ...
+    def append_var(
+        self, src: _Src, offsets: _Indices, lens: _Indices, codec: str | None = None, *,
+        level: int | None = None, durable: bool = False,
+    ) -> None: ...
+    def publish(self) -> int: ...
+    @property
+    def shards(self) -> list[str]: ...
+
+@final
 class Sampler:
     """A step-based index generator over 0..length: endless, or a finite
     pass of `epochs` epochs."""
@@ -278,7 +339,7 @@ class Loader:
 
     def __init__(
         self,
-        stores: Sequence[Zrecord | Sequence[Zrecord]],
+        stores: Sequence[Zrecord | Collection | Sequence[Zrecord | Collection]],
         record_lens: Sequence[int | ImagePipeline | None],
         sampler: Sampler | MixtureSampler,
         num_workers: int = 4,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ._native import MAX_RECORD_LEN, InvalidArgumentError, Zrecord
+from ._native import MAX_RECORD_LEN, Collection, CollectionWriter, InvalidArgumentError, Zrecord
 from .dataset_base import WRITE_CHUNK_BYTES, DatasetBase
 from .indexing import int_key, leading_key, position, positions, slice_positions
 from .schema_file import CODECS  # noqa: F401 - loaderx.dataset.CODECS
@@ -89,10 +89,13 @@ class Dataset(DatasetBase):
             self.dtype = schema_dtype(schema["dtype"])
             self.shape = schema_shape(schema["shape"], self.dtype, MAX_RECORD_LEN)
             self.codec = schema_codec(schema.get("codec", "flate"))
+            self.sharded = schema.get("sharded", False) is True
         self._itemsize = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._checksums = checksums
         self._read_only = read_only
         self._open = (
+            Collection(self.path, checksums=checksums, read_only=read_only)
+            if self.sharded else
             Zrecord(
                 self.path, self.codec, create=False, checksums=checksums, read_only=read_only
             ),
@@ -108,6 +111,16 @@ class Dataset(DatasetBase):
 
     def _zr(self) -> Zrecord:
         return self._stores()[0]
+
+    def _single_store(self, what: str) -> Zrecord:
+        """The store, for an operation that a sharded dataset does not have
+        yet (NotImplementedError naming it)."""
+        if self.sharded:
+            raise NotImplementedError(
+                f"{self.path}: {what} of a sharded dataset is not supported yet; it works on "
+                "each shard's store (loaderx.Zrecord on its folder)"
+            )
+        return self._zr()
 
     def __len__(self) -> int:
         """The number of samples; they are exactly the indices 0..len."""
@@ -184,6 +197,8 @@ class Dataset(DatasetBase):
         durable: bool = True,
         checksums: bool | None = None,
         timeout: float = 60.0,
+        shard_records: int | None = None,
+        shard_bytes: int | None = None,
     ) -> "Dataset":
         """Persists `array` as a dataset, one record per slice along axis 0.
 
@@ -203,6 +218,14 @@ class Dataset(DatasetBase):
         (see `Dataset(path, checksums=...)`).
         While another handle or process appends to the store, each append
         waits for it, up to `timeout` seconds (then StoreBusyError).
+
+        With `shard_records` or `shard_bytes`, or when `path` holds a sharded
+        dataset already, the samples go to a sharded collection instead of
+        one store (docs/FORMAT.md, "Collections"): new shards of this call's
+        own, a new one each `shard_records` samples or `shard_bytes` bytes,
+        published all at once at the end, so that readers see none of them
+        or all, and many writers (processes, hosts sharing the folder) may
+        add to one dataset at once. Its samples are read as one dataset.
 
         Returns:
             Dataset: the dataset, opened.
@@ -232,8 +255,21 @@ class Dataset(DatasetBase):
         path.mkdir(parents=True, exist_ok=True)
         schema_path = path / SCHEMA
         new = not schema_path.is_file()
+        sharded = shard_records is not None or shard_bytes is not None
         if not new:
-            codec = cls._codec_to_append(path, dtype, shape)
+            codec, sharded = cls._codec_to_append(path, dtype, shape)
+        step = max(1, chunk_bytes // max(itemsize, 1))
+        if sharded:
+            writer = CollectionWriter(path, codec, shard_records=shard_records,
+                                      shard_bytes=shard_bytes, checksums=checksums)
+            if new and not create_schema(path, FORMAT, FORMAT_VERSION, dtype,
+                                         {"shape": list(shape), "sharded": True}, codec, durable):
+                codec, _ = cls._codec_to_append(path, dtype, shape)
+            for start in range(0, len(array), step):
+                block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
+                writer.append(block, len(block), itemsize, codec, level=level, durable=durable)
+            writer.publish()
+            return cls(path, checksums=checksums)
         store = Zrecord(path, codec, checksums=checksums)
         try:
             if new:
@@ -249,8 +285,7 @@ class Dataset(DatasetBase):
                         )
                     # Another writer created the dataset meanwhile: append
                     # to it, if its samples are of this kind.
-                    codec = cls._codec_to_append(path, dtype, shape)
-            step = max(1, chunk_bytes // max(itemsize, 1))
+                    codec, _ = cls._codec_to_append(path, dtype, shape)
             for start in range(0, len(array), step):
                 block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
                 store.append(block, len(block), itemsize, codec, level=level,
@@ -260,9 +295,9 @@ class Dataset(DatasetBase):
         return cls(path, checksums=checksums)
 
     @classmethod
-    def _codec_to_append(cls, path: Path, dtype: np.dtype, shape: tuple) -> str:
-        """The codec of the dataset at `path`, once its samples are known to
-        be of `dtype` and `shape` (else ValueError)."""
+    def _codec_to_append(cls, path: Path, dtype: np.dtype, shape: tuple) -> tuple[str, bool]:
+        """The codec of the dataset at `path` and whether it is sharded, once
+        its samples are known to be of `dtype` and `shape` (else ValueError)."""
         existing = cls(path)
         try:
             if (existing.dtype, existing.shape) != (dtype, shape):
@@ -270,7 +305,7 @@ class Dataset(DatasetBase):
                     f"{path} holds {dtype_name(existing.dtype)}{existing.shape} samples, "
                     f"cannot append {dtype_name(dtype)}{shape}"
                 )
-            return existing.codec
+            return existing.codec, existing.sharded
         finally:
             existing.close()
 
@@ -286,17 +321,17 @@ class Dataset(DatasetBase):
         not at all, then raises StoreBusyError.
         """
         pos = positions(idxs, len(self)).reshape(-1)
-        self._zr().delete(pos.astype(np.uint64), timeout=timeout)
+        self._single_store("delete").delete(pos.astype(np.uint64), timeout=timeout)
 
     def compact(self, *, timeout: float = 0.0) -> None:
         """Reclaims on disk the space that `delete` left behind; waits for
         exclusive access as `delete` does."""
-        self._zr().compact(timeout=timeout)
+        self._single_store("compact").compact(timeout=timeout)
 
     def stats(self) -> dict[str, int]:
         """Storage usage: records, live_bytes, chunk_bytes and reclaimable."""
-        return self._zr().stats()
+        return self._single_store("stats").stats()
 
     def verify(self) -> dict[str, Any]:
         """Checks every sample; see `loaderx.Zrecord.verify`."""
-        return self._zr().verify()
+        return self._single_store("verify").verify()

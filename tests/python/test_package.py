@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_all_lists_exactly_the_public_api():
     assert loaderx.__all__ == [
         "Dataset", "DataLoader", "Mixture", "Images", "PackedLoader", "RaggedDataset", "BytesDataset", "Table", "open", "convert",
-        "Zrecord", "ZrecordError",
+        "Zrecord", "Collection", "CollectionWriter", "ZrecordError",
         "ZrecordIndexError", "StoreBusyError", "StoreNotFoundError", "NotAStoreError",
         "CorruptStoreError", "InvalidArgumentError", "BufferTooSmallError",
         "RecordTooLargeError", "StoreFullError", "StoreIOError", "StoreReadOnlyError",

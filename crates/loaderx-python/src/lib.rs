@@ -5,12 +5,14 @@
 //! zloader, which know nothing of Python. One file per Python class.
 
 mod batch_array;
+mod collection;
 mod convert;
 mod error;
 mod image;
 mod loader;
 mod mixture;
 mod packing;
+mod record_reads;
 mod sampler;
 mod zrecord;
 
@@ -22,6 +24,8 @@ mod _native {
 
     #[pymodule_export]
     use crate::batch_array::BatchMemory;
+    #[pymodule_export]
+    use crate::collection::{Collection, CollectionWriter};
     #[pymodule_export]
     use crate::error::ZrecordError;
     #[pymodule_export]

@@ -2,15 +2,17 @@
 //! crate: gathering runs on Rust threads, and waiting for a batch releases
 //! the GIL.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use numpy::PyArray1;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use zloader::{Batch, Layout, LoaderError, LoaderOptions, Stream};
+use zrecord::RecordSource;
 
+use crate::collection::Collection;
 use crate::convert::uint;
 use crate::image::ImagePipeline;
 use crate::mixture::MixtureSampler;
@@ -67,6 +69,20 @@ impl Loader {
     }
 }
 
+/// The records a stream reads: a `Zrecord`'s store or a `Collection`.
+fn record_source(obj: &Bound<'_, PyAny>) -> PyResult<Arc<dyn RecordSource>> {
+    if let Ok(store) = obj.cast::<Zrecord>() {
+        return Ok(store.get().shared()?);
+    }
+    if let Ok(collection) = obj.cast::<Collection>() {
+        return Ok(collection.get().shared()?);
+    }
+    Err(PyTypeError::new_err(format!(
+        "a stream reads a Zrecord or a Collection, not {}",
+        obj.get_type().name()?
+    )))
+}
+
 #[pymethods]
 impl Loader {
     #[new]
@@ -94,15 +110,14 @@ impl Loader {
             .iter()
             .zip(record_lens)
             .map(|(stores, len)| {
-                // A store, or a mixture's list of them.
-                let stores = match stores.cast::<Zrecord>() {
-                    Ok(store) => vec![store.clone()],
-                    Err(_) => stores.extract::<Vec<Bound<'_, Zrecord>>>()?,
+                // A store or collection, or a mixture's list of them.
+                let stores = match record_source(stores) {
+                    Ok(source) => vec![source],
+                    Err(_) => stores
+                        .try_iter()?
+                        .map(|store| record_source(&store?))
+                        .collect::<PyResult<Vec<_>>>()?,
                 };
-                let stores = stores
-                    .iter()
-                    .map(|store| store.get().shared())
-                    .collect::<PyResult<Vec<_>>>()?;
                 let layout = if len.is_none() {
                     Layout::Ragged
                 } else if let Ok(pipeline) = len.cast::<ImagePipeline>() {

@@ -15,11 +15,11 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use zrecord::{AppendOptions, BatchBuffer, Checksums, Codec, Store, StoreOptions};
+use zrecord::{AppendOptions, Checksums, Codec, Store, StoreOptions};
 
-use crate::batch_array;
-use crate::convert::{int32, seconds, u32s, u64s, uint, Dst, Src};
+use crate::convert::{int32, seconds, u32s, u64s, uint, Src};
 use crate::error;
+use crate::record_reads;
 
 enum Slot {
     Open(Arc<Store>),
@@ -58,6 +58,15 @@ pub(crate) fn codec_arg(name: &str) -> PyResult<Codec> {
             "unknown codec {name:?}: expected one of 'raw', 'flate', 'lz4', 'zstd'"
         ))
     })
+}
+
+/// `checksums=None|True|False` of the Python classes.
+pub(crate) fn checksums_arg(checksums: Option<bool>) -> Checksums {
+    match checksums {
+        None => Checksums::Auto,
+        Some(true) => Checksums::On,
+        Some(false) => Checksums::Off,
+    }
 }
 
 impl Zrecord {
@@ -194,11 +203,7 @@ impl Zrecord {
         let codec = codec_arg(codec)?;
         let options = StoreOptions {
             create,
-            checksums: match checksums {
-                None => Checksums::Auto,
-                Some(true) => Checksums::On,
-                Some(false) => Checksums::Off,
-            },
+            checksums: checksums_arg(checksums),
             read_only,
             ..StoreOptions::default()
         };
@@ -262,10 +267,7 @@ impl Zrecord {
         py: Python<'py>,
         idxs: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<u32>>> {
-        let idxs = u64s(idxs, "idxs")?;
-        let store = self.shared()?;
-        let lengths = py.detach(|| store.lengths(&idxs)).map_err(error::engine)?;
-        Ok(PyArray1::from_vec(py, lengths))
+        record_reads::lengths(py, self.shared()?, idxs)
     }
 
     /// Gathers records `idxs` into `dst`, record k at byte k * stride.
@@ -281,13 +283,7 @@ impl Zrecord {
         dst: &Bound<'_, PyAny>,
         stride: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let stride: usize = uint(stride, "stride", usize::MAX as u64)?;
-        let idxs = u64s(idxs, "idxs")?;
-        let mut dst = Dst::new(dst)?;
-        let dst = dst.bytes()?;
-        let store = self.shared()?;
-        py.detach(|| store.gather(&idxs, dst, stride))
-            .map_err(error::engine)
+        record_reads::gather(py, self.shared()?, idxs, dst, stride)
     }
 
     /// Gathers records `idxs` into a new uint8 array of `len(idxs) * stride`
@@ -306,26 +302,7 @@ impl Zrecord {
         stride: &Bound<'py, PyAny>,
         exact: bool,
     ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        let stride: usize = uint(stride, "stride", usize::MAX as u64)?;
-        let idxs = u64s(idxs, "idxs")?;
-        let store = self.shared()?;
-        let out_of_memory = |bytes: String| {
-            error::kind_error(
-                error::kind::MEMORY,
-                format!("{}: cannot allocate {bytes} bytes for a batch", self.path),
-            )
-        };
-        let bytes = idxs
-            .len()
-            .checked_mul(stride)
-            .ok_or_else(|| out_of_memory(format!("{} x {stride}", idxs.len())))?;
-        let mut buffer = BatchBuffer::new(bytes).ok_or_else(|| out_of_memory(bytes.to_string()))?;
-        py.detach(|| match exact {
-            true => store.gather_exact(&idxs, &mut buffer, stride),
-            false => store.gather(&idxs, &mut buffer, stride),
-        })
-        .map_err(error::engine)?;
-        batch_array::into_array(py, buffer)
+        record_reads::gather_array(py, self.shared()?, idxs, stride, exact)
     }
 
     /// Gathers ragged records: record k at byte offsets[k] of `dst`.
@@ -339,13 +316,7 @@ impl Zrecord {
         dst: &Bound<'_, PyAny>,
         offsets: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let idxs = u64s(idxs, "idxs")?;
-        let offsets = u64s(offsets, "offsets")?;
-        let mut dst = Dst::new(dst)?;
-        let dst = dst.bytes()?;
-        let store = self.shared()?;
-        py.detach(|| store.gather_ragged(&idxs, dst, &offsets))
-            .map_err(error::engine)
+        record_reads::gather_var(py, self.shared()?, idxs, dst, offsets)
     }
 
     /// Appends `n` records of `item_len` bytes laid out back to back at the

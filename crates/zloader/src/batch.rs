@@ -174,7 +174,12 @@ fn gather_ragged<'a>(
     stream: &Stream,
     indices: &[u64],
     mixed: Option<
-        impl Iterator<Item = (&'a Arc<zrecord::Store>, &'a (Vec<usize>, Vec<u64>))> + Clone,
+        impl Iterator<
+                Item = (
+                    &'a Arc<dyn zrecord::RecordSource>,
+                    &'a (Vec<usize>, Vec<u64>),
+                ),
+            > + Clone,
     >,
     step: u64,
     gather_error: impl Fn(zrecord::Error) -> LoaderError,

@@ -14,7 +14,7 @@ pub enum LoaderError {
     #[error("stream {stream} holds {len} records, fewer than the sampler's length {length}")]
     StreamTooShort {
         stream: usize,
-        len: usize,
+        len: u64,
         length: u64,
     },
 

@@ -115,10 +115,10 @@ impl Loader {
                 )));
             }
             for (store, &length) in s.stores.iter().zip(&lengths) {
-                if (store.len() as u64) < length {
+                if store.count() < length {
                     return Err(LoaderError::StreamTooShort {
                         stream,
-                        len: store.len(),
+                        len: store.count(),
                         length,
                     });
                 }
@@ -319,7 +319,7 @@ fn worker(schedule: &Schedule, work: &Arc<Work>, alone: bool) {
 mod tests {
     use super::*;
     use std::time::Instant;
-    use zrecord::{AppendOptions, Store};
+    use zrecord::{AppendOptions, RecordSource, Store};
     use zsampler::{LastBatch, MixtureSource, Mode, Proportions};
 
     fn store_of(dir: &std::path::Path, n: usize, len: usize) -> Arc<Store> {
@@ -467,7 +467,7 @@ mod tests {
             Arc::new(store)
         };
         let (shared, own) = (store("shared.zr", 7, 40), store("own.zr", 9, 5));
-        let stores = vec![shared.clone(), own, shared];
+        let stores: Vec<Arc<dyn RecordSource>> = vec![shared.clone(), own, shared];
         let stream = Stream::mixed(stores, Layout::Fixed(2));
         assert_eq!(stream.first_sharing(), [0, 1, 0]);
         let sources = shuffled(&[40, 5, 30]);
@@ -490,8 +490,8 @@ mod tests {
     #[test]
     fn a_mixture_reads_each_sample_from_its_own_source() {
         let dir = tempfile::tempdir().unwrap();
-        let mut fixed = Vec::new();
-        let mut ragged = Vec::new();
+        let mut fixed: Vec<Arc<dyn RecordSource>> = Vec::new();
+        let mut ragged: Vec<Arc<dyn RecordSource>> = Vec::new();
         for (j, n) in [(0u8, 7usize), (1, 50), (2, 3)] {
             let store = Store::open(dir.path().join(format!("fixed{j}.zr"))).unwrap();
             let records: Vec<u8> = (0..n).flat_map(|i| [j, i as u8]).collect();

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use zrecord::Store;
+use zrecord::RecordSource;
 
 /// How the records of a stream are laid out in a gathered buffer.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,27 +40,27 @@ pub enum BadImages {
 /// (the data and its label).
 #[derive(Clone)]
 pub struct Stream {
-    /// The store, or a mixture's stores in source order; shared, so a loader
-    /// keeps them open (and free of `delete` and `compact`, which need them
-    /// exclusively) for as long as it runs.
-    pub stores: Vec<Arc<Store>>,
+    /// The store (or collection), or a mixture's in source order; shared,
+    /// so a loader keeps them open (and free of `delete` and `compact`,
+    /// which need them exclusively) for as long as it runs.
+    pub stores: Vec<Arc<dyn RecordSource>>,
     /// How its records are laid out in a batch buffer.
     pub layout: Layout,
 }
 
 impl Stream {
     /// A stream of fixed-size records of `record_len` bytes.
-    pub fn new(store: Arc<Store>, record_len: usize) -> Stream {
+    pub fn new(store: Arc<dyn RecordSource>, record_len: usize) -> Stream {
         Stream::mixed(vec![store], Layout::Fixed(record_len))
     }
 
     /// A stream of variable-length records.
-    pub fn ragged(store: Arc<Store>) -> Stream {
+    pub fn ragged(store: Arc<dyn RecordSource>) -> Stream {
         Stream::mixed(vec![store], Layout::Ragged)
     }
 
     /// A stream of a mixture: source `j`'s records in `stores[j]`.
-    pub fn mixed(stores: Vec<Arc<Store>>, layout: Layout) -> Stream {
+    pub fn mixed(stores: Vec<Arc<dyn RecordSource>>, layout: Layout) -> Stream {
         Stream { stores, layout }
     }
 

@@ -3,6 +3,10 @@
 //! `format` module that its docs/FORMAT.md section describes, and chained
 //! from the one before it.
 
+pub use crate::collection::manifest::{
+    manifest_name, MANIFEST_CRC_PREFIX, MANIFEST_MAGIC, MANIFEST_PREFIX, MANIFEST_SUFFIX,
+    MAX_SHARD_NAME,
+};
 pub use crate::format::checksums::{
     checksum_slot_offset, CHECKSUM_COVERED_LEN, CHECKSUM_COVERED_OFFSET, CHECKSUM_FILE_LEN,
     CHECKSUM_HEADER_LEN, CHECKSUM_MAGIC, CHECKSUM_MAGIC_OFFSET, CHECKSUM_SLOT_LEN,

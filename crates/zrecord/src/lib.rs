@@ -24,14 +24,17 @@
 #[cfg(not(all(target_endian = "little", target_pointer_width = "64")))]
 compile_error!("zrecord maps its files in place and needs a 64-bit little-endian target");
 
+mod collection;
 mod error;
 mod exec;
 mod files;
 mod format;
 pub mod layout;
 mod ops;
+mod record_source;
 mod store;
 
+pub use collection::{Collection, CollectionWriter, ShardLimits};
 pub use error::{Error, Result};
 pub use exec::batch_buffer::{BatchBuffer, Recycler};
 pub use exec::shard_crew::{gather_alone_on_this_thread, gather_threads};
@@ -54,4 +57,5 @@ pub use ops::append::{AppendOptions, DEFAULT_APPEND_WAIT};
 pub use ops::compact::CompactReport;
 pub use ops::stats::Stats;
 pub use ops::verify::{BadRecord, VerifyReport};
+pub use record_source::RecordSource;
 pub use store::{Checksums, Store, StoreOptions};

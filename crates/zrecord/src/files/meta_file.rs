@@ -75,37 +75,7 @@ impl MetaFile {
     }
 
     fn validate_header(&self) -> Result<()> {
-        let h = self.header();
-        let bad = |reason: String| Error::NotAStore {
-            path: self.path.clone(),
-            reason,
-        };
-        if h.magic != MAGIC {
-            return Err(bad(format!("magic is {:?}, expected \"ZREC\"", h.magic)));
-        }
-        if h.version > FORMAT_VERSION {
-            return Err(Error::UnsupportedVersion {
-                path: self.path.clone(),
-                found: h.version,
-                supported: FORMAT_VERSION,
-            });
-        }
-        if h.version == 0 {
-            return Err(bad("format version 0 does not exist".into()));
-        }
-        if h.length as usize > MAX_RECORDS {
-            return Err(bad(format!(
-                "header length {} exceeds the table's {MAX_RECORDS} slots",
-                h.length
-            )));
-        }
-        if h.tail_chunk as usize >= MAX_CHUNKS {
-            return Err(bad(format!(
-                "tail chunk {} exceeds the {MAX_CHUNKS} chunk limit",
-                h.tail_chunk
-            )));
-        }
-        Ok(())
+        validate_header(&self.header(), &self.path)
     }
 
     fn ptr(&self) -> *mut u8 {
@@ -292,4 +262,40 @@ fn create_meta_file(dir: &Path) -> Result<()> {
         file.write_all(&Header::empty().to_bytes())
     })
     .map(drop)
+}
+
+/// Checks a header read from `path` (a `meta.zr`) against the format's
+/// rules (docs/FORMAT.md, "Header"): the magic, a version this build reads,
+/// a length and a tail chunk within the limits.
+pub(crate) fn validate_header(h: &Header, path: &Path) -> Result<()> {
+    let bad = |reason: String| Error::NotAStore {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if h.magic != MAGIC {
+        return Err(bad(format!("magic is {:?}, expected \"ZREC\"", h.magic)));
+    }
+    if h.version > FORMAT_VERSION {
+        return Err(Error::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: h.version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if h.version == 0 {
+        return Err(bad("format version 0 does not exist".into()));
+    }
+    if h.length as usize > MAX_RECORDS {
+        return Err(bad(format!(
+            "header length {} exceeds the table's {MAX_RECORDS} slots",
+            h.length
+        )));
+    }
+    if h.tail_chunk as usize >= MAX_CHUNKS {
+        return Err(bad(format!(
+            "tail chunk {} exceeds the {MAX_CHUNKS} chunk limit",
+            h.tail_chunk
+        )));
+    }
+    Ok(())
 }

@@ -106,6 +106,108 @@ impl SharedDst {
     }
 }
 
+/// One store's records of a batch: their indices, and where each goes in
+/// the destination. A batch of several parts (a collection's shards) is
+/// gathered in one pass over all of its records.
+pub(crate) struct Part<'a> {
+    pub(crate) store: &'a Store,
+    pub(crate) idxs: &'a [u64],
+    pub(crate) offsets: &'a [u64],
+}
+
+impl<'a> Part<'a> {
+    pub(crate) fn new(store: &'a Store, idxs: &'a [u64], offsets: &'a [u64]) -> Part<'a> {
+        Part {
+            store,
+            idxs,
+            offsets,
+        }
+    }
+}
+
+/// Gathers every part's records, record `k` of a part at
+/// `dst[offsets[k]..]`; with `exact`, each must be that many bytes long.
+/// The whole batch is checked first, so a bad request writes nothing; then
+/// its records, whichever store holds each, are shared out over the caller
+/// and the shard crew as one batch. The parts' destinations must not
+/// overlap one another (each part's own are checked here).
+pub(crate) fn gather_parts(parts: &[Part<'_>], dst: &mut [u8], exact: Option<u64>) -> Result<()> {
+    let mut checked = Vec::with_capacity(parts.len());
+    let mut total = 0u64;
+    for part in parts {
+        let (locs, work, ordered) =
+            part.store
+                .check_part(part.idxs, part.offsets, dst.len() as u64, exact)?;
+        if !ordered {
+            part.store.check_disjoint(part.idxs, &locs, part.offsets)?;
+        }
+        total += work;
+        checked.push((locs, work));
+    }
+    // Batch position `i` is record `k` of part `p`: the parts one after
+    // the other.
+    let items: Vec<(usize, usize)> = checked
+        .iter()
+        .enumerate()
+        .flat_map(|(p, (locs, _))| (0..locs.len()).map(move |k| (p, k)))
+        .collect();
+    let raw_copy = RawCopy::for_batch(dst.len());
+    let shared = SharedDst {
+        ptr: dst.as_mut_ptr(),
+    };
+    let block = |range: Range<usize>| -> Result<()> {
+        for &(p, k) in &items[range] {
+            let (part, locs) = (&parts[p], &checked[p].0);
+            part.store.prefetch_ahead(locs, k);
+            let loc = locs[k];
+            // SAFETY: the range lies inside `dst` and overlaps no other
+            // record's range (checked above for this very `loc`, and across
+            // parts by the caller), and `dst` is borrowed mutably for the
+            // whole call.
+            let slot = unsafe { shared.slot(part.offsets[k] as usize, loc.logic_length as usize) };
+            part.store.decode_into(part.idxs[k], loc, slot, raw_copy)?;
+        }
+        Ok(())
+    };
+    let stores: Vec<(&Store, &[RecordLoc], u64)> = parts
+        .iter()
+        .zip(&checked)
+        .map(|(part, (locs, work))| (part.store, locs.as_slice(), *work))
+        .collect();
+    run_parts(&stores, items.len(), total, &block)
+}
+
+/// Runs `block` over a batch of `items` records and `work` (see
+/// [`sharded`]), from `stores` (each with its records and their work),
+/// asking for each store's records ahead first while it is cold, and now
+/// and then judging whether it still is.
+fn run_parts(
+    stores: &[(&Store, &[RecordLoc], u64)],
+    items: usize,
+    work: u64,
+    block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
+) -> Result<()> {
+    let checks: Vec<_> = stores
+        .iter()
+        .map(|&(store, locs, work)| {
+            let check = store.cold.before(work);
+            if check.read_ahead {
+                for loc in locs {
+                    if let Some(chunk) = store.chunks.get_opened(loc.chunk_id) {
+                        chunk.will_need(loc.offset, loc.phys_length);
+                    }
+                }
+            }
+            check
+        })
+        .collect();
+    let result = sharded(items, work, block);
+    for (&(store, _, _), check) in stores.iter().zip(checks) {
+        store.cold.after(check);
+    }
+    result
+}
+
 impl Store {
     /// Gathers records `idxs` into `dst`, record `k` at byte `k * stride`.
     /// Bytes of a slot past its record's length are set to zero.
@@ -218,6 +320,21 @@ impl Store {
         offsets: &[u64],
         exact: Option<u64>,
     ) -> Result<()> {
+        gather_parts(&[Part::new(self, idxs, offsets)], dst, exact)
+    }
+
+    /// Checks one part of a batch against the store and `dst_len`: its
+    /// entries (read once: the table is not read again, so the lengths that
+    /// were proven to fit are the lengths written), their chunk files, and
+    /// that each record fits where it goes. Returns the entries, the work,
+    /// and whether the destinations come in increasing order.
+    fn check_part(
+        &self,
+        idxs: &[u64],
+        offsets: &[u64],
+        dst_len: u64,
+        exact: Option<u64>,
+    ) -> Result<(Vec<RecordLoc>, u64, bool)> {
         if idxs.len() != offsets.len() {
             return Err(self.invalid(format!(
                 "{} indices but {} offsets",
@@ -226,10 +343,7 @@ impl Store {
             )));
         }
         self.meta.check_size()?;
-        let len = self.meta.length();
-        // Checked, then decoded from: the table is not read again (`locate`),
-        // so the lengths that were proven to fit are the lengths written.
-        let locs = self.locate(idxs, len)?;
+        let locs = self.locate(idxs, self.meta.length())?;
         self.check_chunk_sizes(idxs, &locs)?;
         let mut total = 0u64;
         let mut ordered = true;
@@ -244,8 +358,8 @@ impl Store {
                 )));
             }
             let end = offsets[k].checked_add(logic);
-            if end.is_none_or(|end| end > dst.len() as u64) {
-                return Err(self.too_small(idxs[k], end.unwrap_or(u64::MAX), dst.len() as u64));
+            if end.is_none_or(|end| end > dst_len) {
+                return Err(self.too_small(idxs[k], end.unwrap_or(u64::MAX), dst_len));
             }
             if logic > 0 {
                 ordered &= offsets[k] >= prev_end;
@@ -253,27 +367,7 @@ impl Store {
             }
             total += work(loc);
         }
-        if !ordered {
-            self.check_disjoint(idxs, &locs, offsets)?;
-        }
-        let raw_copy = RawCopy::for_batch(dst.len());
-        let shared = SharedDst {
-            ptr: dst.as_mut_ptr(),
-        };
-        let block = |idxs: &[u64], locs: &[RecordLoc], offsets: &[u64]| -> Result<()> {
-            for (k, ((&index, &loc), &offset)) in idxs.iter().zip(locs).zip(offsets).enumerate() {
-                self.prefetch_ahead(locs, k);
-                // SAFETY: the range lies inside `dst` and overlaps no other
-                // record's range (both checked above for this very `loc`),
-                // and `dst` is borrowed mutably for the whole call.
-                let slot = unsafe { shared.slot(offset as usize, loc.logic_length as usize) };
-                self.decode_into(index, loc, slot, raw_copy)?;
-            }
-            Ok(())
-        };
-        self.run_batch(&locs, total, &|range| {
-            block(&idxs[range.clone()], &locs[range.clone()], &offsets[range])
-        })
+        Ok((locs, total, ordered))
     }
 
     /// Checks, with one `fstat` per distinct chunk, that every chunk file
@@ -317,38 +411,14 @@ impl Store {
         Ok(())
     }
 
-    /// Runs the shards of a batch of `work` (see [`sharded`]), asking for
-    /// its records (`locs`) ahead first while the store is cold, and now and
-    /// then judging whether it still is.
+    /// Runs the shards of a batch of `work` (see [`run_parts`]).
     fn run_batch(
         &self,
         locs: &[RecordLoc],
         work: u64,
         block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
     ) -> Result<()> {
-        let check = self.cold.before(work);
-        if check.read_ahead {
-            for loc in locs {
-                if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
-                    chunk.will_need(loc.offset, loc.phys_length);
-                }
-            }
-        }
-        let result = sharded(locs.len(), work, block);
-        self.cold.after(check);
-        result
-    }
-
-    /// Prefetches the stored bytes of the record `PREFETCH_DISTANCE` places
-    /// after position `k` of a block's `locs`, so that its cache misses
-    /// overlap the decoding of the records before it instead of stalling it.
-    /// (Measured on Fashion-MNIST with LZ4: bench/README.md, "Prefetching".)
-    fn prefetch_ahead(&self, locs: &[RecordLoc], k: usize) {
-        if let Some(loc) = locs.get(k + PREFETCH_DISTANCE) {
-            if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
-                chunk.prefetch(loc.offset, loc.phys_length);
-            }
-        }
+        run_parts(&[(self, locs, work)], locs.len(), work, block)
     }
 
     /// Fails when two non-empty destination ranges overlap.
@@ -371,6 +441,18 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Prefetches the stored bytes of the record `PREFETCH_DISTANCE` places
+    /// after position `k` of a block's `locs`, so that its cache misses
+    /// overlap the decoding of the records before it instead of stalling it.
+    /// (Measured on Fashion-MNIST with LZ4: bench/README.md, "Prefetching".)
+    fn prefetch_ahead(&self, locs: &[RecordLoc], k: usize) {
+        if let Some(loc) = locs.get(k + PREFETCH_DISTANCE) {
+            if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
+                chunk.prefetch(loc.offset, loc.phys_length);
+            }
+        }
     }
 
     fn too_small(&self, index: u64, needed: u64, available: u64) -> Error {

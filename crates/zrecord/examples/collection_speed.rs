@@ -1,0 +1,106 @@
+//! How long opening a collection of many shards takes, and a gather over
+//! many shards against the same records in one store, in one run.
+//!
+//! `cargo run --release -p zrecord --example collection_speed -- [SHARDS]
+//! [RECORDS_PER_SHARD] [RECORD_BYTES] [DIR]` (defaults 10000, 64, 784, a
+//! temporary folder). Writes the collection (one writer, shards of
+//! RECORDS_PER_SHARD records, published once) and the single store, then
+//! prints the median of 5 opens and, up to 256 shards, of 5 rounds of
+//! shuffled batches of 256, gathered with `gather_exact` as a loader does
+//! (each round reads every record once).
+
+use std::time::Instant;
+
+use zrecord::{
+    AppendOptions, Codec, Collection, CollectionWriter, ShardLimits, Store, StoreOptions,
+};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().unwrap());
+    let (shards, per_shard, record) = (arg(0, 10_000), arg(1, 64), arg(2, 784));
+    let tmp = tempfile::tempdir().unwrap();
+    let root = args.get(3).map_or(tmp.path().to_path_buf(), Into::into);
+    let n = shards * per_shard;
+    let data: Vec<u8> = (0..n * record).map(|i| (i * 31 % 251) as u8).collect();
+    let records: Vec<&[u8]> = data.chunks(record).collect();
+    let options = AppendOptions {
+        codec: Codec::Raw,
+        durable: false,
+        ..AppendOptions::default()
+    };
+
+    let started = Instant::now();
+    let limits = ShardLimits {
+        max_records: per_shard as u32,
+        ..ShardLimits::default()
+    };
+    let path = root.join("collection");
+    let mut writer = CollectionWriter::new(&path, &StoreOptions::default(), limits).unwrap();
+    for batch in records.chunks(per_shard) {
+        writer.append(batch, &options).unwrap();
+    }
+    writer.publish().unwrap();
+    drop(writer);
+    let single = Store::open(root.join("single")).unwrap();
+    single.append(&records, &options).unwrap();
+    println!(
+        "wrote {shards} shards of {per_shard} records of {record} bytes, and one store of \
+         {n}, in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let opens: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            let c = Collection::open(&path).unwrap();
+            assert_eq!(c.len(), n as u64);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    println!("open: median {:.3} s over 5 opens", median(opens));
+    if shards > 256 {
+        // A collection keeps at most 256 shard stores open (they hold files
+        // and mappings); shuffled batches over more shards than that reopen
+        // stores all the time, which is not what this measures.
+        println!("gather: not measured over more than 256 shards");
+        return;
+    }
+
+    // One shuffled order, the same for both.
+    let mut order: Vec<u64> = (0..n as u64).collect();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..order.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        order.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+    let collection = Collection::open(&path).unwrap();
+    let batch = 256;
+    let mut dst = vec![0u8; batch * record];
+    let mut rate = |gather: &dyn Fn(&[u64], &mut [u8])| {
+        let rounds: Vec<f64> = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                for idxs in order.chunks(batch) {
+                    gather(idxs, &mut dst[..idxs.len() * record]);
+                }
+                n as f64 / t.elapsed().as_secs_f64()
+            })
+            .collect();
+        median(rounds)
+    };
+    let one = rate(&|idxs, dst| single.gather_exact(idxs, dst, record).unwrap());
+    let many = rate(&|idxs, dst| collection.gather_exact(idxs, dst, record).unwrap());
+    println!("gather, one store:  {one:>12.0} records/s");
+    println!(
+        "gather, {shards} shards: {many:>12.0} records/s ({:.2}x)",
+        many / one
+    );
+}

@@ -1,0 +1,498 @@
+//! Sharded collections (docs/FORMAT.md, "Collections"): many stores, the
+//! shards, in one folder, read as one index space.
+//!
+//! The published shards and their order are the manifest's
+//! (`manifest.rs`). The indirection from a global index to a shard and an
+//! index within it is built at open from each shard's own header `length`,
+//! so there is no second copy of a length to go stale; a shard's store is
+//! opened the first time a read needs it, so opening a collection of many
+//! shards reads one header each. A writer appends to shards of its own,
+//! rolling over to a new one at the limits it is given, and publishes them
+//! all with one new manifest generation.
+
+pub(crate) mod manifest;
+
+use std::collections::VecDeque;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::error::{io_error, Error, Result};
+use crate::files::meta_file::{validate_header, META_FILE_NAME};
+use crate::files::os::{read_exact_at, sync_dir};
+use crate::format::header::{Header, HEADER_LEN};
+use crate::format::limits::MAX_RECORDS;
+use crate::ops::append::AppendOptions;
+use crate::ops::gather::{gather_parts, Part};
+use crate::store::{Store, StoreOptions};
+
+/// One published shard: its name, and its store while it is open.
+struct Shard {
+    name: String,
+    store: Mutex<Option<Arc<Store>>>,
+}
+
+/// Most shard stores a collection keeps open (each holds a few files and
+/// mappings); past it, the one opened longest ago is let go (a read still
+/// using it keeps it until it ends).
+const MAX_OPEN_SHARDS: usize = 256;
+
+/// The indices of a read that one shard holds: the shard, the indices
+/// within it, and their positions in the read (increasing).
+type ShardPart = (usize, Vec<u64>, Vec<usize>);
+
+/// The published shards of a collection as of its opening, read as one
+/// sequence of records: global index `g` is record `g - starts[s]` of the
+/// shard `s` whose range holds it.
+pub struct Collection {
+    dir: PathBuf,
+    generation: u64,
+    shards: Vec<Shard>,
+    /// `starts[s]`: the global index of shard `s`'s first record; the last
+    /// element is the collection's length.
+    starts: Vec<u64>,
+    options: StoreOptions,
+    /// The shards whose stores are open, oldest first.
+    open: Mutex<VecDeque<usize>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `length` of the store in `dir`, from its header alone.
+fn shard_length(dir: &Path) -> Result<u32> {
+    let path = dir.join(META_FILE_NAME);
+    let file = fs::File::open(&path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => Error::NotAStore {
+            path: dir.to_path_buf(),
+            reason: "the collection lists this shard but it has no meta.zr".into(),
+        },
+        _ => io_error(&path)(e),
+    })?;
+    let mut bytes = [0u8; HEADER_LEN];
+    read_exact_at(&file, &mut bytes, 0).map_err(io_error(&path))?;
+    let header = Header::from_bytes(&bytes);
+    validate_header(&header, &path)?;
+    Ok(header.length)
+}
+
+impl Collection {
+    /// Opens the collection in `dir` as its newest manifest says, with
+    /// `options` for each shard's store (`create` is ignored: a listed shard
+    /// must exist).
+    pub fn open_with(dir: impl AsRef<Path>, options: &StoreOptions) -> Result<Collection> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            return Err(Error::NotFound { path: dir });
+        }
+        let (generation, names) = manifest::read(&dir)?;
+        let mut starts = Vec::with_capacity(names.len() + 1);
+        let mut total = 0u64;
+        for name in &names {
+            starts.push(total);
+            total += u64::from(shard_length(&dir.join(name))?);
+        }
+        starts.push(total);
+        Ok(Collection {
+            shards: names
+                .into_iter()
+                .map(|name| Shard {
+                    name,
+                    store: Mutex::new(None),
+                })
+                .collect(),
+            dir,
+            generation,
+            starts,
+            options: StoreOptions {
+                create: false,
+                ..options.clone()
+            },
+            open: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// [`Collection::open_with`] with the default store options.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Collection> {
+        Collection::open_with(dir, &StoreOptions::default())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The manifest generation this handle reads (0: nothing published).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Records in all shards, as of the opening.
+    pub fn len(&self) -> u64 {
+        self.starts[self.shards.len()]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The published shards' names, in global order.
+    pub fn shard_names(&self) -> impl Iterator<Item = &str> {
+        self.shards.iter().map(|s| s.name.as_str())
+    }
+
+    /// The global index of each shard's first record, and the length last.
+    pub fn starts(&self) -> &[u64] {
+        &self.starts
+    }
+
+    /// Shard `s`'s store, opened now if it is not open.
+    pub fn shard(&self, s: usize) -> Result<Arc<Store>> {
+        let slot = &self.shards[s].store;
+        if let Some(store) = lock(slot).clone() {
+            return Ok(store);
+        }
+        let store = Arc::new(Store::open_with(
+            self.dir.join(&self.shards[s].name),
+            &self.options,
+        )?);
+        {
+            let mut slot = lock(slot);
+            // Another thread opened it meanwhile: use that one.
+            if let Some(opened) = slot.clone() {
+                return Ok(opened);
+            }
+            *slot = Some(store.clone());
+        }
+        let mut open = lock(&self.open);
+        open.push_back(s);
+        while open.len() > MAX_OPEN_SHARDS {
+            let oldest = open.pop_front().expect("longer than the bound");
+            lock(&self.shards[oldest].store).take();
+        }
+        Ok(store)
+    }
+
+    /// The shard holding global index `index`, and the index within it.
+    pub fn locate(&self, index: u64) -> Result<(usize, u64)> {
+        if index >= self.len() {
+            return Err(Error::IndexOutOfRange {
+                path: self.dir.clone(),
+                index,
+                len: u32::try_from(self.len()).unwrap_or(u32::MAX),
+            });
+        }
+        let s = self.starts.partition_point(|&start| start <= index) - 1;
+        Ok((s, index - self.starts[s]))
+    }
+
+    /// `idxs` split by shard, in the order shards first appear.
+    fn split(&self, idxs: &[u64]) -> Result<Vec<ShardPart>> {
+        let mut groups: Vec<ShardPart> = Vec::new();
+        let mut group_of = std::collections::HashMap::new();
+        for (k, &index) in idxs.iter().enumerate() {
+            let (s, local) = self.locate(index)?;
+            let g = *group_of.entry(s).or_insert_with(|| {
+                groups.push((s, Vec::new(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push(local);
+            groups[g].2.push(k);
+        }
+        Ok(groups)
+    }
+
+    /// The logical length of each record of `idxs`.
+    pub fn lengths(&self, idxs: &[u64]) -> Result<Vec<u32>> {
+        let mut lens = vec![0u32; idxs.len()];
+        for (s, local, positions) in self.split(idxs)? {
+            for (len, k) in self.shard(s)?.lengths(&local)?.into_iter().zip(positions) {
+                lens[k] = len;
+            }
+        }
+        Ok(lens)
+    }
+
+    /// Record `k` into `dst[k * stride..]`, the rest of its slot zeroed, as
+    /// [`Store::gather`] does; a record longer than `stride` is refused
+    /// before anything is written.
+    pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+        let lens = self.lengths(idxs)?;
+        let too_small = |index: u64, needed: u64, available: u64| Error::BufferTooSmall {
+            path: self.dir.clone(),
+            index,
+            needed,
+            available,
+        };
+        for (k, (&index, &len)) in idxs.iter().zip(&lens).enumerate() {
+            if len as usize > stride {
+                return Err(too_small(index, u64::from(len), stride as u64));
+            }
+            let end = (k as u64 + 1).saturating_mul(stride as u64);
+            if end > dst.len() as u64 {
+                return Err(too_small(index, end, dst.len() as u64));
+            }
+        }
+        let offsets: Vec<u64> = (0..idxs.len() as u64).map(|k| k * stride as u64).collect();
+        self.gather_ragged(idxs, dst, &offsets)?;
+        for (k, &len) in lens.iter().enumerate() {
+            dst[k * stride + len as usize..(k + 1) * stride].fill(0);
+        }
+        Ok(())
+    }
+
+    /// Records that are each exactly `stride` bytes (a dataset's samples),
+    /// record `k` into `dst[k * stride..]`.
+    pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+        let slots: Vec<usize> = (0..idxs.len()).collect();
+        self.gather_exact_at(idxs, dst, stride, &slots)
+    }
+
+    /// As [`Collection::gather_exact`], record `k` into slot `slots[k]`
+    /// (increasing): a mixture's part of a batch.
+    pub fn gather_exact_at(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        stride: usize,
+        slots: &[usize],
+    ) -> Result<()> {
+        if slots.len() != idxs.len() || !slots.windows(2).all(|w| w[0] < w[1]) {
+            return Err(Error::InvalidArgument {
+                path: self.dir.clone(),
+                reason: "a gather needs one increasing slot per index".into(),
+            });
+        }
+        let at = |k: usize| (slots[k] as u64).saturating_mul(stride as u64);
+        self.gather_split(idxs, dst, at, Some(stride as u64))
+    }
+
+    /// One pass over the records of every shard `idxs` reads, record `k`
+    /// into `dst[at(k)..]` (the destinations known not to overlap).
+    fn gather_split(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        at: impl Fn(usize) -> u64,
+        exact: Option<u64>,
+    ) -> Result<()> {
+        let groups = self.split(idxs)?;
+        let offsets: Vec<Vec<u64>> = groups
+            .iter()
+            .map(|(_, _, positions)| positions.iter().map(|&k| at(k)).collect())
+            .collect();
+        let stores = groups
+            .iter()
+            .map(|(s, _, _)| self.shard(*s))
+            .collect::<Result<Vec<_>>>()?;
+        let parts: Vec<Part<'_>> = groups
+            .iter()
+            .zip(&offsets)
+            .zip(&stores)
+            .map(|(((_, local, _), offsets), store)| Part::new(store, local, offsets))
+            .collect();
+        gather_parts(&parts, dst, exact)
+    }
+
+    /// Record `k` into `dst[offsets[k]..]`, its length long; the ranges must
+    /// not overlap.
+    pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
+        if offsets.len() != idxs.len() {
+            return Err(Error::InvalidArgument {
+                path: self.dir.clone(),
+                reason: format!("{} indices but {} offsets", idxs.len(), offsets.len()),
+            });
+        }
+        let shards: std::collections::HashSet<usize> = idxs
+            .iter()
+            .map(|&i| self.locate(i).map(|(s, _)| s))
+            .collect::<Result<_>>()?;
+        if shards.len() > 1 {
+            // Each store checks its own records' ranges; across shards they
+            // are checked here.
+            let lens = self.lengths(idxs)?;
+            let mut ranges: Vec<(u64, u64, usize)> = offsets
+                .iter()
+                .zip(&lens)
+                .enumerate()
+                .filter(|(_, (_, &len))| len > 0)
+                .map(|(k, (&at, &len))| (at, at.saturating_add(u64::from(len)), k))
+                .collect();
+            ranges.sort_unstable();
+            if let Some(w) = ranges.windows(2).find(|w| w[1].0 < w[0].1) {
+                return Err(Error::DestinationOverlap {
+                    path: self.dir.clone(),
+                    first: idxs[w[0].2],
+                    second: idxs[w[1].2],
+                });
+            }
+        }
+        self.gather_split(idxs, dst, |k| offsets[k], None)
+    }
+}
+
+/// When a writer starts a new shard.
+#[derive(Clone, Copy, Debug)]
+pub struct ShardLimits {
+    /// Records in a shard (at most [`MAX_RECORDS`]).
+    pub max_records: u32,
+    /// Logical bytes in a shard; a record larger than this gets a shard of
+    /// its own.
+    pub max_bytes: u64,
+}
+
+impl Default for ShardLimits {
+    fn default() -> Self {
+        ShardLimits {
+            max_records: MAX_RECORDS as u32,
+            max_bytes: 64 << 30,
+        }
+    }
+}
+
+/// Appends to shards of its own in a collection's folder and publishes
+/// them: readers see none of its records before [`CollectionWriter::publish`]
+/// and all of them after. Records appended after a publish go to the same
+/// newest shard until it is full, and are published by the next publish.
+pub struct CollectionWriter {
+    dir: PathBuf,
+    options: StoreOptions,
+    limits: ShardLimits,
+    /// The shard appends go to, and its logical bytes.
+    current: Option<(String, Store, u64)>,
+    /// Shards made by this writer, published or not, in order.
+    made: Vec<String>,
+}
+
+static SHARD_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl CollectionWriter {
+    /// A writer of new shards in `dir` (created when missing), each a store
+    /// opened with `options`.
+    pub fn new(
+        dir: impl AsRef<Path>,
+        options: &StoreOptions,
+        limits: ShardLimits,
+    ) -> Result<CollectionWriter> {
+        let dir = dir.as_ref().to_path_buf();
+        if limits.max_records == 0 || limits.max_records as usize > MAX_RECORDS {
+            return Err(Error::InvalidArgument {
+                path: dir,
+                reason: format!(
+                    "a shard's record limit must be 1 to {MAX_RECORDS}, not {}",
+                    limits.max_records
+                ),
+            });
+        }
+        fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+        Ok(CollectionWriter {
+            dir,
+            options: StoreOptions {
+                create: true,
+                ..options.clone()
+            },
+            limits,
+            current: None,
+            made: Vec::new(),
+        })
+    }
+
+    /// A new shard with a name no other writer makes: the time, this
+    /// process and a counter, and `create_dir`, which fails on a name taken.
+    fn start_shard(&mut self) -> Result<()> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        loop {
+            let n = SHARD_COUNTER.fetch_add(1, Ordering::Relaxed);
+            let name = format!("{nanos:x}-{:x}-{n:x}", std::process::id());
+            let path = self.dir.join(&name);
+            match fs::create_dir(&path) {
+                Ok(()) => {
+                    let store = Store::open_with(&path, &self.options)?;
+                    self.made.push(name.clone());
+                    self.current = Some((name, store, 0));
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_error(&path)(e)),
+            }
+        }
+    }
+
+    /// Appends `records` in order. They go whole into the current shard when
+    /// they fit in it, else into a new one; only a call larger than a shard
+    /// is split, over new shards. Records appended to a published shard are
+    /// visible when the call returns (a store's commit), all at once; those
+    /// in new shards at the next publish.
+    pub fn append(&mut self, records: &[&[u8]], options: &AppendOptions) -> Result<()> {
+        if let Some((_, store, bytes)) = &self.current {
+            let adding: u64 = records.iter().map(|r| r.len() as u64).sum();
+            if store.len() + records.len() > self.limits.max_records as usize
+                || (!store.is_empty() && *bytes + adding > self.limits.max_bytes)
+            {
+                self.finish_shard()?;
+            }
+        }
+        let mut rest = records;
+        while !rest.is_empty() {
+            if self.current.is_none() {
+                self.start_shard()?;
+            }
+            let (_, store, bytes) = self.current.as_mut().expect("started above");
+            // As many records as fit, and at least one in an empty shard.
+            let room = self.limits.max_records as usize - store.len();
+            let mut take = 0;
+            let mut adding = 0u64;
+            while take < rest.len().min(room) {
+                let len = rest[take].len() as u64;
+                if (take > 0 || !store.is_empty()) && *bytes + adding + len > self.limits.max_bytes
+                {
+                    break;
+                }
+                adding += len;
+                take += 1;
+            }
+            if take > 0 {
+                store.append(&rest[..take], options)?;
+                *bytes += adding;
+                rest = &rest[take..];
+            }
+            if take == 0
+                || store.len() >= self.limits.max_records as usize
+                || *bytes >= self.limits.max_bytes
+            {
+                self.finish_shard()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Syncs the current shard and lets the next append start another.
+    fn finish_shard(&mut self) -> Result<()> {
+        if let Some((_, store, _)) = self.current.take() {
+            store.sync()?;
+        }
+        Ok(())
+    }
+
+    /// The shards this writer made, in order.
+    pub fn shards(&self) -> &[String] {
+        &self.made
+    }
+
+    /// Makes every shard of this writer durable, then lists those not yet
+    /// listed at the end of the collection's manifest, as one new generation;
+    /// returns it. A crash at any moment leaves the collection as it was
+    /// before or with all of them.
+    pub fn publish(&mut self) -> Result<u64> {
+        // Finished shards were synced when they were finished.
+        if let Some((_, store, _)) = &self.current {
+            store.sync()?;
+        }
+        sync_dir(&self.dir)?;
+        manifest::publish(&self.dir, &self.made)
+    }
+}

@@ -1,0 +1,351 @@
+//! Sharded collections (docs/FORMAT.md, "Collections"): one index space over
+//! many stores, against a model (the records in append order); nothing is
+//! visible before a writer publishes and everything after; concurrent
+//! publishers lose nothing; a damaged manifest or a missing shard is an
+//! error naming it; more than 2^24 records in all; and writers killed at
+//! random moments leave, for each writer, a prefix of what it wrote that
+//! holds everything it had reported published.
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{noise, opts, Rng};
+use zrecord::layout::{manifest_name, LENGTH_OFFSET};
+use zrecord::{
+    Checksums, Codec, Collection, CollectionWriter, Error, ShardLimits, Store, StoreOptions,
+    MAX_RECORDS, META_FILE_NAME,
+};
+
+fn limits(max_records: u32, max_bytes: u64) -> ShardLimits {
+    ShardLimits {
+        max_records,
+        max_bytes,
+    }
+}
+
+fn writer(dir: &Path, limits: ShardLimits) -> CollectionWriter {
+    CollectionWriter::new(dir, &StoreOptions::default(), limits).unwrap()
+}
+
+/// Every record of the collection, through one ragged gather over all shards.
+fn read_all(c: &Collection) -> Vec<Vec<u8>> {
+    let idxs: Vec<u64> = (0..c.len()).collect();
+    let lens = c.lengths(&idxs).unwrap();
+    let mut offsets = Vec::new();
+    let mut total = 0u64;
+    for &l in &lens {
+        offsets.push(total);
+        total += u64::from(l);
+    }
+    let mut dst = vec![0u8; total as usize];
+    c.gather_ragged(&idxs, &mut dst, &offsets).unwrap();
+    offsets
+        .iter()
+        .zip(&lens)
+        .map(|(&o, &l)| dst[o as usize..(o + u64::from(l)) as usize].to_vec())
+        .collect()
+}
+
+#[test]
+fn records_are_read_as_one_sequence_once_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let mut rng = Rng(1);
+    let model: Vec<Vec<u8>> = (0..23)
+        .map(|i| noise(&mut rng, 10 + (i * 37) % 300))
+        .collect();
+    let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
+    let mut w = writer(&path, limits(5, 1 << 20));
+    w.append(&refs[..9], &opts(Codec::Zstd)).unwrap();
+    w.append(&refs[9..], &opts(Codec::Raw)).unwrap();
+    assert_eq!(w.shards().len(), 5);
+    // Written, not published: the collection is empty.
+    let before = Collection::open(&path).unwrap();
+    assert_eq!((before.len(), before.generation()), (0, 0));
+    assert_eq!(w.publish().unwrap(), 1);
+    let c = Collection::open(&path).unwrap();
+    assert_eq!(c.len(), 23);
+    // The first call filled a shard and began a second; the second call did
+    // not fit beside it, so it went to new shards.
+    assert_eq!(c.starts(), &[0, 5, 9, 14, 19, 23]);
+    assert_eq!(c.shard_names().collect::<Vec<_>>(), w.shards());
+    assert_eq!(read_all(&c), model);
+    assert_eq!(c.locate(12).unwrap(), (2, 3));
+    assert!(matches!(
+        c.locate(23),
+        Err(Error::IndexOutOfRange { index: 23, .. })
+    ));
+    // Publishing again with nothing new writes no generation.
+    assert_eq!(w.publish().unwrap(), 1);
+}
+
+#[test]
+fn more_shards_than_stay_open_are_read_and_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let mut w = writer(&path, limits(1, 1 << 20));
+    let model: Vec<Vec<u8>> = (0..300u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
+    w.append(&refs, &opts(Codec::Raw)).unwrap();
+    w.publish().unwrap();
+    let c = Collection::open(&path).unwrap();
+    assert_eq!(read_all(&c), model);
+    // The first shards were let go to stay under the bound; they reopen.
+    assert_eq!(read_all(&c), model);
+}
+
+#[test]
+fn a_byte_limit_rolls_over_and_a_big_record_gets_a_shard_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let mut w = writer(&path, limits(1000, 100));
+    let sizes = [40usize, 40, 40, 500, 10, 10];
+    let model: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![n as u8; n]).collect();
+    let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
+    w.append(&refs, &opts(Codec::Raw)).unwrap();
+    w.publish().unwrap();
+    let c = Collection::open(&path).unwrap();
+    assert_eq!(c.starts(), &[0, 2, 3, 4, 6]);
+    assert_eq!(read_all(&c), model);
+}
+
+#[test]
+fn fixed_gathers_across_shards_match_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let mut rng = Rng(2);
+    let model: Vec<Vec<u8>> = (0..40).map(|_| noise(&mut rng, 64)).collect();
+    let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
+    let mut w = writer(&path, limits(7, 1 << 20));
+    w.append(&refs, &opts(Codec::Lz4)).unwrap();
+    w.publish().unwrap();
+    let c = Collection::open(&path).unwrap();
+    let idxs = [39u64, 0, 13, 14, 6, 7, 13, 21];
+    let mut dst = vec![0u8; idxs.len() * 64];
+    c.gather_exact(&idxs, &mut dst, 64).unwrap();
+    let want: Vec<u8> = idxs
+        .iter()
+        .flat_map(|&i| model[i as usize].clone())
+        .collect();
+    assert_eq!(dst, want);
+    // Two records of different shards written over each other are refused.
+    let mut dst = vec![0u8; 128];
+    let err = c.gather_ragged(&[0, 39], &mut dst, &[0, 10]).unwrap_err();
+    assert!(matches!(err, Error::DestinationOverlap { .. }), "{err}");
+}
+
+#[test]
+fn concurrent_publishers_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    std::thread::scope(|s| {
+        for t in 0..6u8 {
+            let path = &path;
+            s.spawn(move || {
+                let mut w = writer(path, limits(3, 1 << 20));
+                for round in 0..4u8 {
+                    let records: Vec<Vec<u8>> = (0..4u8).map(|i| vec![t, round, i]).collect();
+                    let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+                    w.append(&refs, &opts(Codec::Raw)).unwrap();
+                    w.publish().unwrap();
+                }
+            });
+        }
+    });
+    let c = Collection::open(&path).unwrap();
+    let mut got = read_all(&c);
+    // Each writer's records are in its order; all of them are there.
+    for t in 0..6u8 {
+        let mine: Vec<&Vec<u8>> = got.iter().filter(|r| r[0] == t).collect();
+        let want: Vec<Vec<u8>> = (0..4u8)
+            .flat_map(|round| (0..4u8).map(move |i| vec![t, round, i]))
+            .collect();
+        assert_eq!(mine, want.iter().collect::<Vec<_>>());
+    }
+    got.sort();
+    assert_eq!(got.len(), 6 * 16);
+    // Old generations are removed as new ones come.
+    let manifests = fs::read_dir(&path)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("manifest-")
+        })
+        .count();
+    assert!(manifests <= 2, "{manifests} manifests left");
+}
+
+#[test]
+fn a_damaged_manifest_or_a_missing_shard_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let mut w = writer(&path, limits(2, 1 << 20));
+    w.append(&[b"a", b"b", b"c"], &opts(Codec::Raw)).unwrap();
+    let generation = w.publish().unwrap();
+    let manifest = path.join(manifest_name(generation));
+    let good = fs::read_to_string(&manifest).unwrap();
+    fs::write(&manifest, good.replacen('\n', "\nx", 2)).unwrap();
+    match Collection::open(&path) {
+        Err(Error::NotAStore { path: p, reason }) => {
+            assert_eq!(p, manifest);
+            assert!(reason.contains("checksum"), "{reason}");
+        }
+        other => panic!("{:?}", other.err()),
+    }
+    fs::write(&manifest, &good).unwrap();
+    fs::remove_dir_all(path.join(&w.shards()[1])).unwrap();
+    match Collection::open(&path) {
+        Err(Error::NotAStore { path: p, reason }) => {
+            assert_eq!(p, path.join(&w.shards()[1]));
+            assert!(reason.contains("no meta.zr"), "{reason}");
+        }
+        other => panic!("{:?}", other.err()),
+    }
+}
+
+#[test]
+fn a_collection_holds_more_than_2_24_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    // Without a checksum sidecar, which would (rightly) call the length
+    // written below damage.
+    let unchecked = StoreOptions {
+        checksums: Checksums::Off,
+        ..StoreOptions::default()
+    };
+    let mut w =
+        CollectionWriter::new(&path, &unchecked, limits(MAX_RECORDS as u32, 1 << 30)).unwrap();
+    w.append(&[b""], &opts(Codec::Raw)).unwrap();
+    w.publish().unwrap();
+    let full = path.join(&w.shards()[0]);
+    drop(w);
+    // A full shard in an instant: the table's unwritten slots read as empty
+    // raw records, so its length alone makes it hold 2^24 of them.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(full.join(META_FILE_NAME))
+        .unwrap()
+        .write_all_at(&(MAX_RECORDS as u32).to_le_bytes(), LENGTH_OFFSET as u64)
+        .unwrap();
+    assert_eq!(Store::open(&full).unwrap().len(), MAX_RECORDS);
+    let mut w = writer(&path, limits(4, 1 << 20));
+    w.append(&[b"one", b"two", b"three"], &opts(Codec::Zstd))
+        .unwrap();
+    w.append(&[b"four", b"five"], &opts(Codec::Raw)).unwrap();
+    w.publish().unwrap();
+    let c = Collection::open(&path).unwrap();
+    let big = MAX_RECORDS as u64;
+    assert_eq!(c.len(), big + 5);
+    assert_eq!(c.starts(), &[0, big, big + 3, big + 5]);
+    let idxs = [big + 4, 7, big, big + 2];
+    let lens = c.lengths(&idxs).unwrap();
+    assert_eq!(lens, [4, 0, 3, 5]);
+    let mut dst = vec![0u8; 12];
+    c.gather_ragged(&idxs, &mut dst, &[0, 4, 4, 7]).unwrap();
+    assert_eq!(&dst, b"fiveonethree");
+}
+
+// -- writers killed at random moments ----------------------------------------
+
+const CHILD_ENV: &str = "ZRECORD_COLLECTION_KILL_CHILD";
+const ROUNDS_ENV: &str = "ZRECORD_COLLECTION_KILL_ROUNDS";
+const WRITERS: u8 = 2;
+
+/// Batch `b` of writer `w`: 3 records that say whose and which they are.
+fn batch(w: u8, b: u32) -> Vec<Vec<u8>> {
+    (0..3u8)
+        .map(|i| {
+            let mut r = vec![w, i];
+            r.extend_from_slice(&b.to_le_bytes());
+            r.extend(std::iter::repeat_n(w ^ i, (b as usize * 7) % 200));
+            r
+        })
+        .collect()
+}
+
+/// The child: writer `w` appends batches and publishes after each, printing
+/// `published <b>` once the publish returned.
+#[test]
+fn collection_kill_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (path, w) = spec.rsplit_once(',').unwrap();
+    let w: u8 = w.parse().unwrap();
+    let mut writer = writer(Path::new(path), limits(5, 1 << 20));
+    for b in 0..400u32 {
+        let records = batch(w, b);
+        let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+        writer.append(&refs, &opts(Codec::Zstd)).unwrap();
+        writer.publish().unwrap();
+        println!("published {b}");
+    }
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn writers_killed_at_random_moments_leave_a_prefix_of_each() {
+    let rounds: u64 = std::env::var(ROUNDS_ENV)
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(12);
+    let exe = std::env::current_exe().unwrap();
+    let mut rng = Rng(5);
+    for round in 0..rounds {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c");
+        let mut children: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                Command::new(&exe)
+                    .args(["--exact", "collection_kill_child", "--nocapture"])
+                    .env(CHILD_ENV, format!("{},{w}", path.display()))
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20 + rng.below(400)));
+        let mut reported = Vec::new();
+        for child in &mut children {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            let out = BufReader::new(child.stdout.take().unwrap());
+            let last = out
+                .lines()
+                .map_while(|l| l.ok())
+                .filter_map(|l| l.strip_prefix("published ")?.parse::<u32>().ok())
+                .last();
+            reported.push(last);
+        }
+        let c = match Collection::open(&path) {
+            Ok(c) => c,
+            Err(Error::NotFound { .. }) => continue, // killed before it made the folder
+            Err(e) => panic!("round {round}: {e}"),
+        };
+        let got = read_all(&c);
+        for w in 0..WRITERS {
+            let mine: Vec<Vec<u8>> = got.iter().filter(|r| r[0] == w).cloned().collect();
+            assert_eq!(
+                mine.len() % 3,
+                0,
+                "round {round}: writer {w} left part of a batch"
+            );
+            let batches = (mine.len() / 3) as u32;
+            let want: Vec<Vec<u8>> = (0..batches).flat_map(|b| batch(w, b)).collect();
+            assert_eq!(mine, want, "round {round}: writer {w}");
+            if let Some(last) = reported[w as usize] {
+                assert!(
+                    batches > last,
+                    "round {round}: writer {w} reported batch {last} published, {batches} are there"
+                );
+            }
+        }
+    }
+}
