@@ -147,9 +147,11 @@ class Collection:
     of records (docs/FORMAT.md, "Collections")."""
 
     def __init__(
-        self, path: str | PathLike[str], *, checksums: bool | None = None,
-        read_only: bool = False,
+        self, path: str | PathLike[str], *, shards: Sequence[str] | None = None,
+        checksums: bool | None = None, read_only: bool = False,
     ) -> None: ...
+    @staticmethod
+    def published(path: str | PathLike[str]) -> list[str]: ...
     def __len__(self) -> int: ...
     @property
     def path(self) -> str: ...

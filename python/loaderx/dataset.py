@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -60,8 +60,14 @@ class Dataset(DatasetBase):
         *,
         checksums: bool | None = None,
         read_only: bool = False,
+        shards: Sequence[str] | None = None,
     ) -> None:
         """Opens the dataset in the directory `path`.
+
+        For a sharded dataset, `shards` names the shards to read (folder
+        names, as `loaderx.Collection.published(path)` lists them): the part
+        of it that one host holds, in the manifest's order; the others are
+        not opened at all (docs/data.md, "Hosts that hold a part").
 
         With `read_only`, or when this process may not write the store's
         files (permissions, a read-only mount), it is opened for reading
@@ -93,8 +99,12 @@ class Dataset(DatasetBase):
         self._itemsize = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._checksums = checksums
         self._read_only = read_only
+        if shards is not None and not self.sharded:
+            raise ValueError(f"{self.path}: shards= reads part of a sharded dataset; this one "
+                             "is one store")
+        self._shards = None if shards is None else [str(s) for s in shards]
         self._open = (
-            Collection(self.path, checksums=checksums, read_only=read_only)
+            Collection(self.path, shards=self._shards, checksums=checksums, read_only=read_only)
             if self.sharded else
             Zrecord(
                 self.path, self.codec, create=False, checksums=checksums, read_only=read_only
@@ -111,6 +121,9 @@ class Dataset(DatasetBase):
 
     def _zr(self) -> Zrecord:
         return self._stores()[0]
+
+    def _reopen_options(self) -> dict[str, Any]:
+        return {} if self._shards is None else {"shards": self._shards}
 
     def _single_store(self, what: str) -> Zrecord:
         """The store, for an operation that a sharded dataset does not have

@@ -72,9 +72,14 @@ class DatasetBase:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _reopen_options(self) -> dict[str, Any]:
+        """Options of the class's own that a copy opens with."""
+        return {}
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickles by path: the copy reopens the stores (worker processes).
-        return (_reopen, (type(self), str(self.path), self._checksums, self._read_only))
+        return (_reopen, (type(self), str(self.path), self._checksums, self._read_only,
+                          self._reopen_options()))
 
     def __repr__(self) -> str:
         if self._open is None:
@@ -85,6 +90,8 @@ class DatasetBase:
         )
 
 
-def _reopen(cls: type[_D], path: str, checksums: bool | None, read_only: bool = False) -> _D:
+def _reopen(cls: type[_D], path: str, checksums: bool | None, read_only: bool = False,
+            options: dict[str, Any] | None = None) -> _D:
     """Unpickles a dataset by opening its directory again."""
-    return cls(path, checksums=checksums, read_only=read_only)  # type: ignore[call-arg]
+    return cls(path, checksums=checksums, read_only=read_only,  # type: ignore[call-arg]
+               **(options or {}))

@@ -89,3 +89,67 @@ def test_collection_writer_and_reader_directly(tmp_path):
         assert fixed[300:301].tobytes() == items[3] and not fixed[301:].any()
     with pytest.raises(ValueError, match="closed"):
         len(c)
+
+
+HOST = """
+import json, sys
+from loaderx import Collection, DataLoader, Dataset, NotAStoreError, Sampler
+
+path, mine, other = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+# This host's folder holds its own shards only: another's does not open, and
+# neither does the whole dataset.
+for attempt in (lambda: Collection(path, shards=[other]), lambda: Dataset(path)):
+    try:
+        attempt()
+    except NotAStoreError:
+        pass
+    else:
+        sys.exit("opened a shard this host does not hold")
+ds = Dataset(path, shards=mine)
+kw = dict(batch_size=16, mode=Sampler.Mode.SHUFFLE, seed=3, num_workers=2, epochs=1,
+          last_batch="partial")
+with DataLoader(ds, **kw) as loader:
+    whole = [b["data"][:, 0].tolist() for b in loader]
+with DataLoader(ds, **kw) as first:
+    head = [next(first)["data"][:, 0].tolist() for _ in range(3)]
+    state = first.state_dict()
+with DataLoader(ds, state=state, **kw) as rest:
+    tail = [b["data"][:, 0].tolist() for b in rest]
+assert head + tail == whole, "the resumed epoch differs"
+print(json.dumps(sum(whole, [])))
+"""
+
+
+def test_hosts_that_hold_a_part_cover_the_whole_dataset_each_epoch(tmp_path):
+    """Three processes stand for three hosts, each with a folder holding the
+    dataset's manifest and its own shards only (its local disk); each reads
+    its shards for one epoch (and resumes one exactly); together they read
+    every sample exactly once."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    path = tmp_path / "all"
+    ids = np.arange(600, dtype=np.int32)
+    Dataset.write(path, np.stack([ids, 2 * ids], axis=1), shard_records=50).close()
+    names = Collection.published(path)
+    assert len(names) == 12
+    seen = []
+    for host in range(3):
+        mine = names[host::3]
+        local = tmp_path / f"host{host}"
+        local.mkdir()
+        for f in path.iterdir():
+            if f.is_file():
+                shutil.copy(f, local / f.name)
+        for name in mine:
+            shutil.copytree(path / name, local / name)
+        other = names[(host + 1) % 3]
+        out = subprocess.run([sys.executable, "-c", HOST, str(local), json.dumps(mine), other],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        got = json.loads(out.stdout)
+        assert len(got) == 200
+        seen += got
+    assert sorted(seen) == list(range(600))

@@ -17,7 +17,8 @@ use crate::zrecord::{checksums_arg, codec_arg};
 
 /// The published shards of a sharded collection, read as one sequence of
 /// records: the shards' records in the order the collection's manifest
-/// lists them, as of the opening.
+/// lists them, as of the opening. With `shards`, only those (by folder
+/// name): a host's part, the others not opened at all.
 ///
 /// Reads as `Zrecord` does (`lengths`, `gather`, `gather_array`,
 /// `gather_var`); a shard's store is opened the first time a read needs
@@ -38,10 +39,11 @@ impl Collection {
 #[pymethods]
 impl Collection {
     #[new]
-    #[pyo3(signature = (path, *, checksums = None, read_only = false))]
+    #[pyo3(signature = (path, *, shards = None, checksums = None, read_only = false))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
+        shards: Option<Vec<String>>,
         checksums: Option<bool>,
         read_only: bool,
     ) -> PyResult<Self> {
@@ -51,12 +53,19 @@ impl Collection {
             ..StoreOptions::default()
         };
         let inner = py
-            .detach(|| Inner::open_with(&path, &options))
+            .detach(|| Inner::open_shards(&path, &options, shards.as_deref()))
             .map_err(error::engine)?;
         Ok(Collection {
             inner: Mutex::new(Some(Arc::new(inner))),
             path: path.to_string_lossy().into_owned(),
         })
+    }
+
+    /// The published shards' folder names, in order, from the collection's
+    /// manifest alone (no shard is opened).
+    #[staticmethod]
+    fn published(py: Python<'_>, path: PathBuf) -> PyResult<Vec<String>> {
+        py.detach(|| Inner::published(&path)).map_err(error::engine)
     }
 
     /// Records in all published shards, as of the opening.

@@ -101,6 +101,35 @@ fn more_shards_than_stay_open_are_read_and_read_again() {
 }
 
 #[test]
+fn a_host_opens_only_its_shards_and_needs_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let mut w = writer(&path, limits(2, 1 << 20));
+    w.append(&[b"a0", b"a1", b"b0", b"b1", b"c0"], &opts(Codec::Raw))
+        .unwrap();
+    w.publish().unwrap();
+    let names = Collection::published(&path).unwrap();
+    assert_eq!(names, w.shards());
+    // This host holds the first and last shards; the middle one is gone.
+    fs::remove_dir_all(path.join(&names[1])).unwrap();
+    let mine = [names[2].clone(), names[0].clone()];
+    let c = Collection::open_shards(&path, &StoreOptions::default(), Some(&mine)).unwrap();
+    assert_eq!(
+        read_all(&c),
+        [b"a0".to_vec(), b"a1".to_vec(), b"c0".to_vec()]
+    );
+    assert!(matches!(
+        Collection::open(&path),
+        Err(Error::NotAStore { .. })
+    ));
+    let unknown = ["nope".to_string()];
+    assert!(matches!(
+        Collection::open_shards(&path, &StoreOptions::default(), Some(&unknown)),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[test]
 fn a_byte_limit_rolls_over_and_a_big_record_gets_a_shard_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c");

@@ -84,11 +84,35 @@ impl Collection {
     /// `options` for each shard's store (`create` is ignored: a listed shard
     /// must exist).
     pub fn open_with(dir: impl AsRef<Path>, options: &StoreOptions) -> Result<Collection> {
+        Collection::open_shards(dir, options, None)
+    }
+
+    /// [`Collection::open_with`], reading only the published shards named in
+    /// `only` (in the manifest's order; all of them for `None`): the view of
+    /// a host that holds a subset of the shards (docs/data.md, "Hosts that
+    /// hold a part"). The others are not opened, not even their headers; a
+    /// name the manifest does not list is an error.
+    pub fn open_shards(
+        dir: impl AsRef<Path>,
+        options: &StoreOptions,
+        only: Option<&[String]>,
+    ) -> Result<Collection> {
         let dir = dir.as_ref().to_path_buf();
         if !dir.is_dir() {
             return Err(Error::NotFound { path: dir });
         }
-        let (generation, names) = manifest::read(&dir)?;
+        let (generation, mut names) = manifest::read(&dir)?;
+        if let Some(only) = only {
+            let listed: std::collections::HashSet<&String> = names.iter().collect();
+            if let Some(missing) = only.iter().find(|name| !listed.contains(name)) {
+                return Err(Error::InvalidArgument {
+                    path: dir,
+                    reason: format!("the collection publishes no shard {missing:?}"),
+                });
+            }
+            let only: std::collections::HashSet<&String> = only.iter().collect();
+            names.retain(|name| only.contains(name));
+        }
         let mut starts = Vec::with_capacity(names.len() + 1);
         let mut total = 0u64;
         for name in &names {
@@ -113,6 +137,12 @@ impl Collection {
             },
             open: Mutex::new(VecDeque::new()),
         })
+    }
+
+    /// The published shards' names, in order, from the newest manifest
+    /// alone: no shard is opened.
+    pub fn published(dir: impl AsRef<Path>) -> Result<Vec<String>> {
+        Ok(manifest::read(dir.as_ref())?.1)
     }
 
     /// [`Collection::open_with`] with the default store options.
