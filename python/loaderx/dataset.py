@@ -125,16 +125,6 @@ class Dataset(DatasetBase):
     def _reopen_options(self) -> dict[str, Any]:
         return {} if self._shards is None else {"shards": self._shards}
 
-    def _single_store(self, what: str) -> Zrecord:
-        """The store, for an operation that a sharded dataset does not have
-        yet (NotImplementedError naming it)."""
-        if self.sharded:
-            raise NotImplementedError(
-                f"{self.path}: {what} of a sharded dataset is not supported yet; it works on "
-                "each shard's store (loaderx.Zrecord on its folder)"
-            )
-        return self._zr()
-
     def __len__(self) -> int:
         """The number of samples; they are exactly the indices 0..len."""
         return self._capped(len(self._zr()))
@@ -333,18 +323,71 @@ class Dataset(DatasetBase):
         other handle open): waits for it up to `timeout` seconds, by default
         not at all, then raises StoreBusyError.
         """
-        pos = positions(idxs, len(self)).reshape(-1)
-        self._single_store("delete").delete(pos.astype(np.uint64), timeout=timeout)
+        pos = positions(idxs, len(self)).reshape(-1).astype(np.uint64)
+        if not self.sharded:
+            self._zr().delete(pos, timeout=timeout)
+            return
+        # Each shard deletes its own samples (its tail fills its holes), so
+        # the dataset stays dense: the index is rebuilt from the shards'
+        # lengths. Atomic per shard, not across shards.
+        starts = self._zr().starts
+        shard_of = np.searchsorted(starts, pos, side="right") - 1
+        self._each_shard(lambda s, store: store.delete(pos[shard_of == s] - starts[s],
+                                                       timeout=timeout),
+                         only=np.unique(shard_of))
 
     def compact(self, *, timeout: float = 0.0) -> None:
         """Reclaims on disk the space that `delete` left behind; waits for
         exclusive access as `delete` does."""
-        self._single_store("compact").compact(timeout=timeout)
+        if not self.sharded:
+            self._zr().compact(timeout=timeout)
+            return
+        self._each_shard(lambda _, store: store.compact(timeout=timeout))
 
     def stats(self) -> dict[str, int]:
-        """Storage usage: records, live_bytes, chunk_bytes and reclaimable."""
-        return self._single_store("stats").stats()
+        """Storage usage: records, live_bytes, chunk_bytes and reclaimable
+        (of all shards, for a sharded dataset)."""
+        if not self.sharded:
+            return self._zr().stats()
+        total: dict[str, int] = {}
+        for shard in self._each_shard(lambda _, store: store.stats(), read_only=True):
+            for key, value in shard.items():
+                total[key] = total.get(key, 0) + value
+        return total
 
     def verify(self) -> dict[str, Any]:
-        """Checks every sample; see `loaderx.Zrecord.verify`."""
-        return self._single_store("verify").verify()
+        """Checks every sample; see `loaderx.Zrecord.verify`. A sharded
+        dataset's bad samples are named by their index in it."""
+        if not self.sharded:
+            return self._zr().verify()
+        starts = self._zr().starts
+        reports = self._each_shard(lambda _, store: store.verify(), read_only=True)
+        return {
+            "records": sum(r["records"] for r in reports),
+            "checksummed": all(r["checksummed"] for r in reports),
+            "unchecked": sum(r["unchecked"] for r in reports),
+            "bad": [{**bad, "index": int(starts[s]) + bad["index"]}
+                    for s, r in enumerate(reports) for bad in r["bad"]],
+        }
+
+    def _each_shard(self, run: Any, *, only: Any = None, read_only: bool = False) -> list[Any]:
+        """`run(s, store)` on the store of each shard `s` of this view (or
+        those in `only`), opened on its own. A change needs them to itself:
+        this handle lets go of them first and reopens the collection after,
+        with the shards' new lengths."""
+        collection = self._zr()
+        names = collection.shards
+        if not read_only:
+            collection.close()
+        results = []
+        try:
+            for s in range(len(names)) if only is None else [int(s) for s in only]:
+                with Zrecord(self.path / names[s], self.codec, create=False,
+                             checksums=self._checksums,
+                             read_only=read_only or self._read_only) as store:
+                    results.append(run(s, store))
+        finally:
+            if not read_only:
+                self._open = (Collection(self.path, shards=self._shards,
+                                         checksums=self._checksums, read_only=self._read_only),)
+        return results
