@@ -194,11 +194,11 @@ class CollectionWriter:
     ) -> None: ...
     def append(
         self, src: _Src, n: int, item_len: int, codec: str | None = None, *,
-        level: int | None = None, durable: bool = False,
+        level: int | None = None, durable: bool = False, timeout: float = 60.0,
     ) -> None: ...
     def append_var(
         self, src: _Src, offsets: _Indices, lens: _Indices, codec: str | None = None, *,
-        level: int | None = None, durable: bool = False,
+        level: int | None = None, durable: bool = False, timeout: float = 60.0,
     ) -> None: ...
     def publish(self) -> int: ...
     @property

@@ -13,12 +13,13 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ._native import MAX_RECORD_LEN, Zrecord
+from ._native import MAX_RECORD_LEN
 from .dataset_base import WRITE_CHUNK_BYTES, DatasetBase
+from .sharding import RecordsWriter, Shards, open_records
 from .indexing import int_key, position, positions, slice_positions
 from .schema_file import SCHEMA, codec_arg, create_schema_fields, reading_schema, schema_codec
 
@@ -73,9 +74,11 @@ class BytesDataset(DatasetBase):
         *,
         checksums: bool | None = None,
         read_only: bool = False,
+        shards: Sequence[str] | None = None,
     ) -> None:
-        """Opens the byte dataset in the directory `path`; `checksums` and
-        `read_only` as for :class:`~loaderx.Dataset`.
+        """Opens the byte dataset in the directory `path`; `checksums`,
+        `read_only` and (for a sharded one) `shards` as for
+        :class:`~loaderx.Dataset`.
 
         Raises:
             FileNotFoundError: `path` holds no schema.json.
@@ -86,10 +89,12 @@ class BytesDataset(DatasetBase):
         with reading_schema(self.path, FORMAT, FORMAT_VERSION, "loaderx byte dataset") as schema:
             self.kind = schema_kind(schema["kind"])
             self.codec = schema_codec(schema.get("codec", "flate"))
+            self.sharded = schema.get("sharded", False) is True
         self._checksums = checksums
         self._read_only = read_only
+        self._shards = None if shards is None else [str(s) for s in shards]
         self._open = (
-            Zrecord(self.path, self.codec, create=False, checksums=checksums, read_only=read_only),
+            open_records(self.path, self.codec, self.sharded, self._shards, checksums, read_only),
         )
 
     def __len__(self) -> int:
@@ -139,14 +144,17 @@ class BytesDataset(DatasetBase):
         checksums: bool | None = None,
         chunk_bytes: int = WRITE_CHUNK_BYTES,
         timeout: float = 60.0,
+        shard_records: int | None = None,
+        shard_bytes: int | None = None,
     ) -> "BytesDataset":
         """Persists `items` (bytes-like, or str) as a byte dataset, one record
         each, appending when `path` holds one of the same kind already.
 
         `kind` is ``'bytes'`` or ``'str'``; by default the existing dataset's,
         else ``'str'`` when the first item is a str. Items are written in
-        groups of about `chunk_bytes`; `level`, `durable`, `checksums` and
-        `timeout` as for :meth:`loaderx.Dataset.write`.
+        groups of about `chunk_bytes`; `level`, `durable`, `checksums`,
+        `timeout`, `shard_records` and `shard_bytes` (a sharded dataset) as for
+        :meth:`loaderx.Dataset.write`.
 
         Raises:
             ValueError: unknown codec or kind, an item over MAX_RECORD_LEN
@@ -157,24 +165,27 @@ class BytesDataset(DatasetBase):
         path = Path(path)
         it = iter(items)
         first = next(it, None)
+        sharded = shard_records is not None or shard_bytes is not None
         if (path / SCHEMA).is_file():
             with cls(path) as existing:
                 if kind is not None and kind != existing.kind:
                     raise ValueError(f"{path} holds {existing.kind} items, cannot append {kind}")
-                kind, codec = existing.kind, existing.codec
+                kind, codec, sharded = existing.kind, existing.codec, existing.sharded
         elif kind is None:
             kind = "str" if isinstance(first, str) else "bytes"
         kind = schema_kind(kind)
         path.mkdir(parents=True, exist_ok=True)
-        store = Zrecord(path, codec, checksums=checksums)
+        writer = RecordsWriter(path, codec, sharded, checksums, shard_records, shard_bytes)
+        store = writer.target
+        written = False
         try:
             if not (path / SCHEMA).is_file():
-                if len(store):
+                if writer.records():
                     raise ValueError(
-                        f"{path} holds a Zrecord store of {len(store)} records but no "
+                        f"{path} holds a Zrecord store of {writer.records()} records but no "
                         f"{SCHEMA}; refusing to turn it into a byte dataset"
                     )
-                fields = {"kind": kind, "codec": codec}
+                fields = {"kind": kind, "codec": codec, **({"sharded": True} if sharded else {})}
                 if not create_schema_fields(path, FORMAT, FORMAT_VERSION, fields, durable):
                     with cls(path) as existing:
                         if existing.kind != kind:
@@ -205,19 +216,21 @@ class BytesDataset(DatasetBase):
                 if group_bytes >= chunk_bytes:
                     flush()
             flush()
+            written = True
         finally:
-            store.close()
+            writer.finish(published=written)
         return cls(path, checksums=checksums)
 
     # -- maintenance ------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
-        """Storage usage: records, live_bytes, chunk_bytes and reclaimable."""
-        return self._stores()[0].stats()
+        """Storage usage: records, live_bytes, chunk_bytes and reclaimable
+        (of all shards, for a sharded dataset)."""
+        return Shards(self).stats() if self.sharded else self._stores()[0].stats()
 
     def verify(self) -> dict[str, Any]:
         """Checks every item; see `loaderx.Zrecord.verify`."""
-        return self._stores()[0].verify()
+        return Shards(self).verify() if self.sharded else self._stores()[0].verify()
 
 
 def schema_kind(value: Any) -> str:

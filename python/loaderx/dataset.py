@@ -17,8 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._native import MAX_RECORD_LEN, Collection, CollectionWriter, InvalidArgumentError, Zrecord
+from ._native import MAX_RECORD_LEN, InvalidArgumentError, Zrecord
 from .dataset_base import WRITE_CHUNK_BYTES, DatasetBase
+from .sharding import RecordsWriter, Shards, open_records
 from .indexing import int_key, leading_key, position, positions, slice_positions
 from .schema_file import CODECS  # noqa: F401 - loaderx.dataset.CODECS
 from .schema_file import (
@@ -99,16 +100,9 @@ class Dataset(DatasetBase):
         self._itemsize = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._checksums = checksums
         self._read_only = read_only
-        if shards is not None and not self.sharded:
-            raise ValueError(f"{self.path}: shards= reads part of a sharded dataset; this one "
-                             "is one store")
         self._shards = None if shards is None else [str(s) for s in shards]
         self._open = (
-            Collection(self.path, shards=self._shards, checksums=checksums, read_only=read_only)
-            if self.sharded else
-            Zrecord(
-                self.path, self.codec, create=False, checksums=checksums, read_only=read_only
-            ),
+            open_records(self.path, self.codec, self.sharded, self._shards, checksums, read_only),
         )
         if len(self):
             try:
@@ -121,9 +115,6 @@ class Dataset(DatasetBase):
 
     def _zr(self) -> Zrecord:
         return self._stores()[0]
-
-    def _reopen_options(self) -> dict[str, Any]:
-        return {} if self._shards is None else {"shards": self._shards}
 
     def __len__(self) -> int:
         """The number of samples; they are exactly the indices 0..len."""
@@ -261,40 +252,31 @@ class Dataset(DatasetBase):
         sharded = shard_records is not None or shard_bytes is not None
         if not new:
             codec, sharded = cls._codec_to_append(path, dtype, shape)
-        step = max(1, chunk_bytes // max(itemsize, 1))
-        if sharded:
-            writer = CollectionWriter(path, codec, shard_records=shard_records,
-                                      shard_bytes=shard_bytes, checksums=checksums)
-            if new and not create_schema(path, FORMAT, FORMAT_VERSION, dtype,
-                                         {"shape": list(shape), "sharded": True}, codec, durable):
-                codec, _ = cls._codec_to_append(path, dtype, shape)
-            for start in range(0, len(array), step):
-                block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
-                writer.append(block, len(block), itemsize, codec, level=level, durable=durable)
-            writer.publish()
-            return cls(path, checksums=checksums)
-        store = Zrecord(path, codec, checksums=checksums)
+        writer = RecordsWriter(path, codec, sharded, checksums, shard_records, shard_bytes)
+        written = False
         try:
             if new:
-                layout = {"shape": list(shape)}
-                created = len(store) == 0 and create_schema(
+                layout = {"shape": list(shape), **({"sharded": True} if sharded else {})}
+                created = writer.records() == 0 and create_schema(
                     path, FORMAT, FORMAT_VERSION, dtype, layout, codec, durable
                 )
                 if not created:
                     if not schema_path.is_file():
                         raise ValueError(
-                            f"{path} holds a Zrecord store of {len(store)} records but no "
-                            f"{SCHEMA}; refusing to turn it into a dataset"
+                            f"{path} holds a Zrecord store of {writer.records()} records but "
+                            f"no {SCHEMA}; refusing to turn it into a dataset"
                         )
                     # Another writer created the dataset meanwhile: append
                     # to it, if its samples are of this kind.
                     codec, _ = cls._codec_to_append(path, dtype, shape)
+            step = max(1, chunk_bytes // max(itemsize, 1))
             for start in range(0, len(array), step):
                 block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
-                store.append(block, len(block), itemsize, codec, level=level,
-                             durable=durable, timeout=timeout)
+                writer.target.append(block, len(block), itemsize, codec, level=level,
+                                     durable=durable, timeout=timeout)
+            written = True
         finally:
-            store.close()
+            writer.finish(published=written)
         return cls(path, checksums=checksums)
 
     @classmethod
@@ -324,70 +306,25 @@ class Dataset(DatasetBase):
         not at all, then raises StoreBusyError.
         """
         pos = positions(idxs, len(self)).reshape(-1).astype(np.uint64)
-        if not self.sharded:
+        if self.sharded:
+            Shards(self).delete(pos, timeout)
+        else:
             self._zr().delete(pos, timeout=timeout)
-            return
-        # Each shard deletes its own samples (its tail fills its holes), so
-        # the dataset stays dense: the index is rebuilt from the shards'
-        # lengths. Atomic per shard, not across shards.
-        starts = self._zr().starts
-        shard_of = np.searchsorted(starts, pos, side="right") - 1
-        self._each_shard(lambda s, store: store.delete(pos[shard_of == s] - starts[s],
-                                                       timeout=timeout),
-                         only=np.unique(shard_of))
 
     def compact(self, *, timeout: float = 0.0) -> None:
         """Reclaims on disk the space that `delete` left behind; waits for
         exclusive access as `delete` does."""
-        if not self.sharded:
+        if self.sharded:
+            Shards(self).compact(timeout)
+        else:
             self._zr().compact(timeout=timeout)
-            return
-        self._each_shard(lambda _, store: store.compact(timeout=timeout))
 
     def stats(self) -> dict[str, int]:
         """Storage usage: records, live_bytes, chunk_bytes and reclaimable
         (of all shards, for a sharded dataset)."""
-        if not self.sharded:
-            return self._zr().stats()
-        total: dict[str, int] = {}
-        for shard in self._each_shard(lambda _, store: store.stats(), read_only=True):
-            for key, value in shard.items():
-                total[key] = total.get(key, 0) + value
-        return total
+        return Shards(self).stats() if self.sharded else self._zr().stats()
 
     def verify(self) -> dict[str, Any]:
         """Checks every sample; see `loaderx.Zrecord.verify`. A sharded
         dataset's bad samples are named by their index in it."""
-        if not self.sharded:
-            return self._zr().verify()
-        starts = self._zr().starts
-        reports = self._each_shard(lambda _, store: store.verify(), read_only=True)
-        return {
-            "records": sum(r["records"] for r in reports),
-            "checksummed": all(r["checksummed"] for r in reports),
-            "unchecked": sum(r["unchecked"] for r in reports),
-            "bad": [{**bad, "index": int(starts[s]) + bad["index"]}
-                    for s, r in enumerate(reports) for bad in r["bad"]],
-        }
-
-    def _each_shard(self, run: Any, *, only: Any = None, read_only: bool = False) -> list[Any]:
-        """`run(s, store)` on the store of each shard `s` of this view (or
-        those in `only`), opened on its own. A change needs them to itself:
-        this handle lets go of them first and reopens the collection after,
-        with the shards' new lengths."""
-        collection = self._zr()
-        names = collection.shards
-        if not read_only:
-            collection.close()
-        results = []
-        try:
-            for s in range(len(names)) if only is None else [int(s) for s in only]:
-                with Zrecord(self.path / names[s], self.codec, create=False,
-                             checksums=self._checksums,
-                             read_only=read_only or self._read_only) as store:
-                    results.append(run(s, store))
-        finally:
-            if not read_only:
-                self._open = (Collection(self.path, shards=self._shards,
-                                         checksums=self._checksums, read_only=self._read_only),)
-        return results
+        return Shards(self).verify() if self.sharded else self._zr().verify()

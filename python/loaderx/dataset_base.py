@@ -34,6 +34,10 @@ class DatasetBase:
     codec: str
     _checksums: bool | None
     _read_only: bool = False
+    #: Whether the records are a sharded collection's (``sharding.py``), and
+    #: the shards this handle reads (None: all).
+    sharded: bool = False
+    _shards: list[str] | None = None
     #: The open stores; None until opened and once closed.
     _open: tuple[Zrecord, ...] | None = None
     #: The number of samples a table lets this stream show (``table.py``):
@@ -73,8 +77,9 @@ class DatasetBase:
         self.close()
 
     def _reopen_options(self) -> dict[str, Any]:
-        """Options of the class's own that a copy opens with."""
-        return {}
+        """Options of the class's own that a copy opens with: the shards of
+        a sharded dataset's view."""
+        return {} if self._shards is None else {"shards": self._shards}
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickles by path: the copy reopens the stores (worker processes).

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from loaderx import (Collection, CollectionWriter, DataLoader, Dataset, Sampler,
+from loaderx import (BytesDataset, Collection, CollectionWriter, DataLoader, Dataset, Sampler,
                      StoreBusyError)
 
 
@@ -177,3 +177,17 @@ def test_hosts_that_hold_a_part_cover_the_whole_dataset_each_epoch(tmp_path):
         assert len(got) == 200
         seen += got
     assert sorted(seen) == list(range(600))
+
+
+def test_a_sharded_byte_dataset(tmp_path):
+    items = [os.urandom(n) for n in range(0, 4000, 97)]
+    docs = BytesDataset.write(tmp_path / "b", items, codec="zstd", shard_bytes=10_000)
+    assert docs.sharded and len(Collection(tmp_path / "b").shards) > 5
+    assert docs[np.arange(len(items))] == items
+    more = BytesDataset.write(tmp_path / "b", [b"tail"])
+    assert more.sharded and more[-1] == b"tail" and len(more) == len(items) + 1
+    assert more.stats()["records"] == len(items) + 1 and more.verify()["bad"] == []
+    with DataLoader({"doc": more}, batch_size=8, num_workers=2) as loader:
+        batch = next(loader)
+        assert len(batch["doc"]) == 8
+    docs.close(), more.close()

@@ -9,7 +9,7 @@ import pytest
 import loaderx
 from conftest import array_of, compressible, same_bytes
 from loaderx import MAX_RECORD_LEN, V1_MAX_RECORD_LEN, DataLoader, Dataset, Zrecord, ZrecordError
-from loaderx import dataset as dataset_module
+from loaderx import sharding as sharding_module
 
 CODECS = ["raw", "flate", "lz4", "zstd", "zstd-dict"]
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -233,7 +233,8 @@ def test_write_streams_in_bounded_chunks(tmp_path, monkeypatch, layout):
         arr = big[:, :, ::2]
         assert not arr.flags.c_contiguous
     _CountingZrecord.sizes = []
-    monkeypatch.setattr(dataset_module, "Zrecord", _CountingZrecord)
+    # The store that Dataset.write appends to (sharding.RecordsWriter).
+    monkeypatch.setattr(sharding_module, "Zrecord", _CountingZrecord)
     chunk = 1 << 20
     ds = Dataset.write(tmp_path / "ds", arr, chunk_bytes=chunk, durable=False)
     sizes = _CountingZrecord.sizes

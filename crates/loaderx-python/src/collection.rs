@@ -190,12 +190,13 @@ impl CollectionWriter {
         codec: Option<&str>,
         level: Option<&Bound<'_, PyAny>>,
         durable: bool,
+        timeout: f64,
     ) -> PyResult<AppendOptions> {
         Ok(AppendOptions {
             codec: codec.map(codec_arg).transpose()?.unwrap_or(self.codec),
             level: level.map(|l| int32(l, "level")).transpose()?,
             durable,
-            wait: seconds(60.0, "timeout")?,
+            wait: seconds(timeout, "timeout")?,
         })
     }
 
@@ -256,8 +257,10 @@ impl CollectionWriter {
     }
 
     /// Appends `n` records of `item_len` bytes laid out back to back at the
-    /// start of `src`, as `Zrecord.append` does.
-    #[pyo3(signature = (src, n, item_len, codec = None, *, level = None, durable = false))]
+    /// start of `src`, as `Zrecord.append` does (`timeout`: how long an
+    /// append to a published shard waits for another handle's).
+    #[pyo3(signature = (src, n, item_len, codec = None, *, level = None, durable = false,
+                        timeout = 60.0))]
     #[allow(clippy::too_many_arguments)] // Python keywords, one per option.
     fn append(
         &self,
@@ -268,10 +271,11 @@ impl CollectionWriter {
         codec: Option<&str>,
         level: Option<&Bound<'_, PyAny>>,
         durable: bool,
+        timeout: f64,
     ) -> PyResult<()> {
         let n: usize = uint(n, "n", usize::MAX as u64)?;
         let item_len: usize = uint(item_len, "item_len", usize::MAX as u64)?;
-        let options = self.options(codec, level, durable)?;
+        let options = self.options(codec, level, durable, timeout)?;
         let src = Src::new(src)?;
         let bytes = src.bytes()?;
         let needed = n.checked_mul(item_len).filter(|&b| b <= bytes.len());
@@ -286,7 +290,8 @@ impl CollectionWriter {
     }
 
     /// Appends ragged records: record k is src[offsets[k]:offsets[k] + lens[k]].
-    #[pyo3(signature = (src, offsets, lens, codec = None, *, level = None, durable = false))]
+    #[pyo3(signature = (src, offsets, lens, codec = None, *, level = None, durable = false,
+                        timeout = 60.0))]
     #[allow(clippy::too_many_arguments)] // Python keywords, one per option.
     fn append_var(
         &self,
@@ -297,8 +302,9 @@ impl CollectionWriter {
         codec: Option<&str>,
         level: Option<&Bound<'_, PyAny>>,
         durable: bool,
+        timeout: f64,
     ) -> PyResult<()> {
-        let options = self.options(codec, level, durable)?;
+        let options = self.options(codec, level, durable, timeout)?;
         let offsets = u64s(offsets, "offsets")?;
         let lens = u32s(lens, "lens")?;
         if offsets.len() != lens.len() {

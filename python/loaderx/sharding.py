@@ -1,0 +1,119 @@
+"""Internal: datasets of one store or of a sharded collection.
+
+A ``Dataset`` or ``BytesDataset`` whose ``schema.json`` says
+``"sharded": true`` keeps its records in a collection of stores, its
+shards (docs/FORMAT.md, "Collections"), instead of one store. This module
+opens the one or the other, writes to the one or the other, and does the
+maintenance (delete, compact, stats, verify) of a sharded one shard by
+shard. The reads need nothing of it: ``Collection`` reads as ``Zrecord``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ._native import Collection, CollectionWriter, Zrecord
+
+
+def open_records(path: Path, codec: str, sharded: bool, shards: Sequence[str] | None,
+                 checksums: bool | None, read_only: bool) -> Zrecord | Collection:
+    """The store at `path`, or for a sharded dataset its collection (only
+    the shards named in `shards`, when given)."""
+    if shards is not None and not sharded:
+        raise ValueError(f"{path}: shards= reads part of a sharded dataset; this one is one "
+                         "store")
+    if sharded:
+        return Collection(path, shards=shards, checksums=checksums, read_only=read_only)
+    return Zrecord(path, codec, create=False, checksums=checksums, read_only=read_only)
+
+
+class RecordsWriter:
+    """Where `write` appends: the dataset's store, or new shards of a
+    sharded dataset's own (a new one each `shard_records` records or
+    `shard_bytes` bytes), published together by `finish`."""
+
+    def __init__(self, path: Path, codec: str, sharded: bool, checksums: bool | None,
+                 shard_records: int | None, shard_bytes: int | None) -> None:
+        self.sharded = sharded
+        self.target: Zrecord | CollectionWriter = (
+            CollectionWriter(path, codec, shard_records=shard_records, shard_bytes=shard_bytes,
+                             checksums=checksums)
+            if sharded else Zrecord(path, codec, checksums=checksums))
+
+    def records(self) -> int:
+        """Records the store holds already (none for new shards)."""
+        return 0 if self.sharded else len(self.target)
+
+    def finish(self, published: bool) -> None:
+        """Publishes the new shards (when the write went through), or closes
+        the store."""
+        if not self.sharded:
+            self.target.close()
+        elif published:
+            self.target.publish()
+
+
+class Shards:
+    """The maintenance of a sharded dataset's collection, shard by shard:
+    each shard's store opened on its own."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def each(self, run: Callable[[int, Zrecord], Any], only: Any = None,
+             read_only: bool = False) -> list[Any]:
+        """`run(s, store)` on shard `s` of the dataset's view (or of those
+        in `only`). A change needs the stores to itself: the dataset lets go
+        of its collection first and reopens it after, with the new lengths."""
+        ds = self.dataset
+        collection = ds._stores()[0]
+        names = collection.shards
+        if not read_only:
+            collection.close()
+        results = []
+        try:
+            for s in range(len(names)) if only is None else [int(s) for s in only]:
+                with Zrecord(ds.path / names[s], ds.codec, create=False,
+                             checksums=ds._checksums,
+                             read_only=read_only or ds._read_only) as store:
+                    results.append(run(s, store))
+        finally:
+            if not read_only:
+                ds._open = (Collection(ds.path, shards=ds._shards, checksums=ds._checksums,
+                                       read_only=ds._read_only),)
+        return results
+
+    def delete(self, pos: np.ndarray, timeout: float) -> None:
+        """Each shard deletes its own samples (its tail fills its holes), so
+        the dataset stays dense: its index is rebuilt from the shards'
+        lengths. Atomic per shard, not across shards."""
+        starts = self.dataset._stores()[0].starts
+        shard_of = np.searchsorted(starts, pos, side="right") - 1
+        self.each(lambda s, store: store.delete(pos[shard_of == s] - starts[s], timeout=timeout),
+                  only=np.unique(shard_of))
+
+    def compact(self, timeout: float) -> None:
+        self.each(lambda _, store: store.compact(timeout=timeout))
+
+    def stats(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for shard in self.each(lambda _, store: store.stats(), read_only=True):
+            for key, value in shard.items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    def verify(self) -> dict[str, Any]:
+        """Every shard's report in one, bad records named by their index in
+        the dataset."""
+        starts = self.dataset._stores()[0].starts
+        reports = self.each(lambda _, store: store.verify(), read_only=True)
+        return {
+            "records": sum(r["records"] for r in reports),
+            "checksummed": all(r["checksummed"] for r in reports),
+            "unchecked": sum(r["unchecked"] for r in reports),
+            "bad": [{**bad, "index": int(starts[s]) + bad["index"]}
+                    for s, r in enumerate(reports) for bad in r["bad"]],
+        }
