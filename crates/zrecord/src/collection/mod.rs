@@ -265,8 +265,7 @@ impl Collection {
                 return Err(too_small(index, end, dst.len() as u64));
             }
         }
-        let offsets: Vec<u64> = (0..idxs.len() as u64).map(|k| k * stride as u64).collect();
-        self.gather_ragged(idxs, dst, &offsets)?;
+        self.gather_split(idxs, dst, |k| (k * stride) as u64, None)?;
         for (k, &len) in lens.iter().enumerate() {
             dst[k * stride + len as usize..(k + 1) * stride].fill(0);
         }
@@ -300,7 +299,7 @@ impl Collection {
     }
 
     /// One pass over the records of every shard `idxs` reads, record `k`
-    /// into `dst[at(k)..]` (the destinations known not to overlap).
+    /// into `dst[at(k)..]` (see [`gather_parts`]).
     fn gather_split(
         &self,
         idxs: &[u64],
@@ -323,7 +322,7 @@ impl Collection {
             .zip(&stores)
             .map(|(((_, local, _), offsets), store)| Part::new(store, local, offsets))
             .collect();
-        gather_parts(&parts, dst, exact)
+        gather_parts(&self.dir, &parts, dst, exact)
     }
 
     /// Record `k` into `dst[offsets[k]..]`, its length long; the ranges must
@@ -334,30 +333,6 @@ impl Collection {
                 path: self.dir.clone(),
                 reason: format!("{} indices but {} offsets", idxs.len(), offsets.len()),
             });
-        }
-        let shards: std::collections::HashSet<usize> = idxs
-            .iter()
-            .map(|&i| self.locate(i).map(|(s, _)| s))
-            .collect::<Result<_>>()?;
-        if shards.len() > 1 {
-            // Each store checks its own records' ranges; across shards they
-            // are checked here.
-            let lens = self.lengths(idxs)?;
-            let mut ranges: Vec<(u64, u64, usize)> = offsets
-                .iter()
-                .zip(&lens)
-                .enumerate()
-                .filter(|(_, (_, &len))| len > 0)
-                .map(|(k, (&at, &len))| (at, at.saturating_add(u64::from(len)), k))
-                .collect();
-            ranges.sort_unstable();
-            if let Some(w) = ranges.windows(2).find(|w| w[1].0 < w[0].1) {
-                return Err(Error::DestinationOverlap {
-                    path: self.dir.clone(),
-                    first: idxs[w[0].2],
-                    second: idxs[w[1].2],
-                });
-            }
         }
         self.gather_split(idxs, dst, |k| offsets[k], None)
     }

@@ -8,6 +8,7 @@
 //! directly into its part of the destination, with its own coder scratch.
 
 use std::ops::Range;
+use std::path::Path;
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -126,44 +127,64 @@ impl<'a> Part<'a> {
 }
 
 /// Gathers every part's records, record `k` of a part at
-/// `dst[offsets[k]..]`; with `exact`, each must be that many bytes long.
-/// The whole batch is checked first, so a bad request writes nothing; then
-/// its records, whichever store holds each, are shared out over the caller
-/// and the shard crew as one batch. The parts' destinations must not
-/// overlap one another (each part's own are checked here).
-pub(crate) fn gather_parts(parts: &[Part<'_>], dst: &mut [u8], exact: Option<u64>) -> Result<()> {
+/// `dst[offsets[k]..]`; with `exact`, each must be that many bytes long and
+/// the caller places the records in increasing slots, so their destinations
+/// are disjoint by construction. The whole batch is checked first, so a bad
+/// request writes nothing (two records' destinations overlapping: an error
+/// naming `path`); then its records, whichever store holds each, are shared
+/// out over the caller and the shard crew as one batch.
+pub(crate) fn gather_parts(
+    path: &Path,
+    parts: &[Part<'_>],
+    dst: &mut [u8],
+    exact: Option<u64>,
+) -> Result<()> {
     let mut checked = Vec::with_capacity(parts.len());
     let mut total = 0u64;
+    let mut ordered = true;
     for part in parts {
-        let (locs, work, ordered) =
+        let (locs, work, in_order) =
             part.store
                 .check_part(part.idxs, part.offsets, dst.len() as u64, exact)?;
-        if !ordered {
-            part.store.check_disjoint(part.idxs, &locs, part.offsets)?;
-        }
         total += work;
+        ordered &= in_order;
         checked.push((locs, work));
     }
-    // Batch position `i` is record `k` of part `p`: the parts one after
-    // the other.
-    let items: Vec<(usize, usize)> = checked
-        .iter()
-        .enumerate()
-        .flat_map(|(p, (locs, _))| (0..locs.len()).map(move |k| (p, k)))
-        .collect();
+    // One part's destinations are known disjoint when they come in order;
+    // several parts' ranges interleave, unless placed in slots (`exact`).
+    if (parts.len() == 1 && !ordered) || (parts.len() > 1 && exact.is_none()) {
+        let ranges = parts.iter().zip(&checked).flat_map(|(part, (locs, _))| {
+            part.idxs
+                .iter()
+                .zip(locs)
+                .zip(part.offsets)
+                .map(|((&i, loc), &off)| (off, off + loc.logic_length as u64, i))
+        });
+        check_disjoint(path, ranges.collect())?;
+    }
+    // Part `p` holds batch positions `firsts[p]..firsts[p + 1]`.
+    let mut firsts = Vec::with_capacity(parts.len() + 1);
+    firsts.push(0);
+    for (locs, _) in &checked {
+        firsts.push(firsts[firsts.len() - 1] + locs.len());
+    }
+    let items = firsts[parts.len()];
     let raw_copy = RawCopy::for_batch(dst.len());
     let shared = SharedDst {
         ptr: dst.as_mut_ptr(),
     };
     let block = |range: Range<usize>| -> Result<()> {
-        for &(p, k) in &items[range] {
-            let (part, locs) = (&parts[p], &checked[p].0);
+        let mut p = firsts.partition_point(|&first| first <= range.start) - 1;
+        for i in range {
+            while i >= firsts[p + 1] {
+                p += 1;
+            }
+            let (part, locs, k) = (&parts[p], &checked[p].0, i - firsts[p]);
             part.store.prefetch_ahead(locs, k);
             let loc = locs[k];
             // SAFETY: the range lies inside `dst` and overlaps no other
-            // record's range (checked above for this very `loc`, and across
-            // parts by the caller), and `dst` is borrowed mutably for the
-            // whole call.
+            // record's range (both checked above for this very `loc`), and
+            // `dst` is borrowed mutably for the whole call.
             let slot = unsafe { shared.slot(part.offsets[k] as usize, loc.logic_length as usize) };
             part.store.decode_into(part.idxs[k], loc, slot, raw_copy)?;
         }
@@ -174,7 +195,24 @@ pub(crate) fn gather_parts(parts: &[Part<'_>], dst: &mut [u8], exact: Option<u64
         .zip(&checked)
         .map(|(part, (locs, work))| (part.store, locs.as_slice(), *work))
         .collect();
-    run_parts(&stores, items.len(), total, &block)
+    run_parts(&stores, items, total, &block)
+}
+
+/// Fails when two non-empty destination ranges (`(start, end, index)`)
+/// overlap, naming their records and `path`.
+fn check_disjoint(path: &Path, mut ranges: Vec<(u64, u64, u64)>) -> Result<()> {
+    ranges.retain(|&(start, end, _)| end > start);
+    ranges.sort_unstable();
+    for pair in ranges.windows(2) {
+        if pair[1].0 < pair[0].1 {
+            return Err(Error::DestinationOverlap {
+                path: path.to_path_buf(),
+                first: pair[0].2,
+                second: pair[1].2,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Runs `block` over a batch of `items` records and `work` (see
@@ -320,7 +358,7 @@ impl Store {
         offsets: &[u64],
         exact: Option<u64>,
     ) -> Result<()> {
-        gather_parts(&[Part::new(self, idxs, offsets)], dst, exact)
+        gather_parts(self.path(), &[Part::new(self, idxs, offsets)], dst, exact)
     }
 
     /// Checks one part of a batch against the store and `dst_len`: its
@@ -419,28 +457,6 @@ impl Store {
         block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
     ) -> Result<()> {
         run_parts(&[(self, locs, work)], locs.len(), work, block)
-    }
-
-    /// Fails when two non-empty destination ranges overlap.
-    fn check_disjoint(&self, idxs: &[u64], locs: &[RecordLoc], offsets: &[u64]) -> Result<()> {
-        let mut ranges: Vec<(u64, u64, u64)> = idxs
-            .iter()
-            .zip(locs)
-            .zip(offsets)
-            .map(|((&i, loc), &off)| (off, off + loc.logic_length as u64, i))
-            .filter(|&(start, end, _)| end > start)
-            .collect();
-        ranges.sort_unstable();
-        for pair in ranges.windows(2) {
-            if pair[1].0 < pair[0].1 {
-                return Err(Error::DestinationOverlap {
-                    path: self.path().to_path_buf(),
-                    first: pair[0].2,
-                    second: pair[1].2,
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Prefetches the stored bytes of the record `PREFETCH_DISTANCE` places
