@@ -52,10 +52,11 @@ step wheels bash scripts/build-wheels.sh
 # converter tests build their inputs with (datasets, webdataset); and the
 # real data they read: elpv-dataset's images (PyPI) and Fashion-MNIST (the
 # Debian package).
-step "extras: ml, convert" bash -c '.venv/bin/python -c \
-    "import ml_dtypes, PIL, tqdm, pyarrow, datasets, webdataset, elpv_dataset" 2>/dev/null \
-    || .venv/bin/python -m pip install --quiet --disable-pip-version-check "ml_dtypes>=0.3" \
-       "Pillow>=9" "tqdm>=4.60" "pyarrow>=12" datasets webdataset elpv-dataset'
+step "extras: ml, convert, ray" bash -c '.venv/bin/python -c \
+    "import ml_dtypes, PIL, tqdm, pyarrow, datasets, webdataset, elpv_dataset, ray.data" \
+    2>/dev/null || .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+       "ml_dtypes>=0.3" "Pillow>=9" "tqdm>=4.60" "pyarrow>=12" "ray[data]>=2.9" datasets \
+       webdataset elpv-dataset'
 step "real data: Fashion-MNIST" bash scripts/fashion-mnist.sh
 step "real data: photographs" bash scripts/wallpapers.sh
 

@@ -23,6 +23,7 @@ transparent per-record compression and an endless, step-based data loader.
 
 from ._native import (
     MAX_RECORD_LEN,
+    MAX_RECORDS,
     V1_MAX_RECORD_LEN,
     BufferTooSmallError,
     Collection,
@@ -87,6 +88,7 @@ __all__ = [
     "Sampler",
     "SampleRngs",
     "MAX_RECORD_LEN",
+    "MAX_RECORDS",
     "V1_MAX_RECORD_LEN",
     "__version__",
 ]

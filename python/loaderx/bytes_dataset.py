@@ -192,30 +192,8 @@ class BytesDataset(DatasetBase):
                             raise ValueError(
                                 f"another writer created a {existing.kind} dataset at {path}"
                             )
-            group: list[bytes] = []
-            group_bytes = 0
-
-            def flush() -> None:
-                nonlocal group, group_bytes
-                if group:
-                    lens = np.fromiter(map(len, group), dtype=np.uint64, count=len(group))
-                    src = np.frombuffer(b"".join(group), dtype=np.uint8)
-                    store.append_var(src, np.cumsum(lens, dtype=np.uint64) - lens, lens,
-                                     level=level, durable=durable, timeout=timeout)
-                group, group_bytes = [], 0
-
-            for item in itertools.chain([] if first is None else [first], it):
-                b = item_bytes(item, kind)
-                if len(b) > MAX_RECORD_LEN:
-                    raise ValueError(
-                        f"an item of {len(b)} bytes exceeds the {MAX_RECORD_LEN} byte "
-                        "record limit"
-                    )
-                group.append(b)
-                group_bytes += len(b)
-                if group_bytes >= chunk_bytes:
-                    flush()
-            flush()
+            append_items(store, itertools.chain([] if first is None else [first], it), kind,
+                         chunk_bytes, level=level, durable=durable, timeout=timeout)
             written = True
         finally:
             writer.finish(published=written)
@@ -231,6 +209,38 @@ class BytesDataset(DatasetBase):
     def verify(self) -> dict[str, Any]:
         """Checks every item; see `loaderx.Zrecord.verify`."""
         return Shards(self).verify() if self.sharded else self._stores()[0].verify()
+
+
+def append_items(target: Any, items: Iterable[Any], kind: str, chunk_bytes: int,
+                 **options: Any) -> int:
+    """Appends `items` of `kind` to `target` (a store or a collection
+    writer), in groups of about `chunk_bytes`; `options` go to each append.
+    Returns how many it appended."""
+    group: list[bytes] = []
+    group_bytes = 0
+    count = 0
+
+    def flush() -> None:
+        nonlocal group, group_bytes
+        if group:
+            lens = np.fromiter(map(len, group), dtype=np.uint64, count=len(group))
+            src = np.frombuffer(b"".join(group), dtype=np.uint8)
+            target.append_var(src, np.cumsum(lens, dtype=np.uint64) - lens, lens, **options)
+        group, group_bytes = [], 0
+
+    for item in items:
+        b = item_bytes(item, kind)
+        if len(b) > MAX_RECORD_LEN:
+            raise ValueError(
+                f"an item of {len(b)} bytes exceeds the {MAX_RECORD_LEN} byte record limit"
+            )
+        group.append(b)
+        group_bytes += len(b)
+        count += 1
+        if group_bytes >= chunk_bytes:
+            flush()
+    flush()
+    return count
 
 
 def schema_kind(value: Any) -> str:

@@ -269,11 +269,8 @@ class Dataset(DatasetBase):
                     # Another writer created the dataset meanwhile: append
                     # to it, if its samples are of this kind.
                     codec, _ = cls._codec_to_append(path, dtype, shape)
-            step = max(1, chunk_bytes // max(itemsize, 1))
-            for start in range(0, len(array), step):
-                block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
-                writer.target.append(block, len(block), itemsize, codec, level=level,
-                                     durable=durable, timeout=timeout)
+            append_samples(writer.target, array, dtype, chunk_bytes, codec=codec, level=level,
+                           durable=durable, timeout=timeout)
             written = True
         finally:
             writer.finish(published=written)
@@ -328,3 +325,15 @@ class Dataset(DatasetBase):
         """Checks every sample; see `loaderx.Zrecord.verify`. A sharded
         dataset's bad samples are named by their index in it."""
         return Shards(self).verify() if self.sharded else self._zr().verify()
+
+
+def append_samples(target: Any, array: np.ndarray, dtype: np.dtype, chunk_bytes: int,
+                   **options: Any) -> None:
+    """Appends the samples of `array`, as `dtype`, to `target` (a store or a
+    collection writer) in chunks of at most `chunk_bytes` (at least one
+    sample each); `options` go to each append."""
+    itemsize = int(np.prod(array.shape[1:], dtype=np.int64)) * dtype.itemsize
+    step = max(1, chunk_bytes // max(itemsize, 1))
+    for start in range(0, len(array), step):
+        block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
+        target.append(block, len(block), itemsize, **options)

@@ -6,6 +6,11 @@ A :class:`RaggedDataset` is a directory holding two Zrecord stores:
 * ``shapes.zr/`` inside it: one record per sample, its shape as ``ndim``
   little-endian int64 values.
 
+A sharded one (``"sharded": true`` in its schema) holds two collections
+there instead, whose shards have the same names and lengths
+(docs/FORMAT.md, "Collections"): the shapes collection lists no shard the
+values collection does not.
+
 and a ``schema.json`` whose ``"format"`` is ``"loaderx-ragged"``, so that a
 loaderx 0.5.0 (or a fixed-shape :class:`~loaderx.Dataset`) refuses the
 directory cleanly instead of misreading it. This module holds the dataset
@@ -25,11 +30,11 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ._native import MAX_RECORD_LEN, Zrecord
+from ._native import MAX_RECORD_LEN, Collection, Zrecord
 from .dataset_base import WRITE_CHUNK_BYTES, DatasetBase
 from .indexing import int_key, position, positions, slice_positions
 from .ragged_batch import SHAPE_DTYPE, pack, pad_batch
@@ -44,6 +49,7 @@ from .schema_file import (
     schema_count,
     schema_dtype,
 )
+from .sharding import align, aligned_writer, new_prefix, publish_aligned
 from .writer_lock import writer_lock
 
 FORMAT = "loaderx-ragged"
@@ -52,6 +58,29 @@ FORMAT_VERSION = 1
 SHAPES = "shapes.zr"
 #: The lock file a writer holds (``writer_lock.py``).
 LOCK = "ragged.lock"
+
+
+def _open_collections(
+    path: Path, shards: Sequence[str] | None, checksums: bool | None, read_only: bool
+) -> tuple[Collection, Collection]:
+    """The values and shapes collections of the sharded dataset at `path`
+    (only `shards`, when given). The shapes are opened first: a writer
+    publishes its shards in the values first, so the values list at least
+    the shapes' shards, in the same order."""
+    shapes = Collection(path / SHAPES, shards=shards, checksums=checksums, read_only=read_only)
+    try:
+        values = Collection(path, shards=shards, checksums=checksums, read_only=read_only)
+    except BaseException:
+        shapes.close()
+        raise
+    if values.shards[: len(shapes.shards)] != shapes.shards:
+        values.close()
+        shapes.close()
+        raise ValueError(
+            f"{path}: the shapes collection's shards {shapes.shards} are not the first of the "
+            f"values collection's {values.shards}; the dataset is damaged"
+        )
+    return values, shapes
 
 
 def _open_stores(
@@ -94,9 +123,11 @@ class RaggedDataset(DatasetBase):
         *,
         checksums: bool | None = None,
         read_only: bool = False,
+        shards: Sequence[str] | None = None,
     ) -> None:
-        """Opens the ragged dataset in the directory `path`; `checksums` and
-        `read_only` as for :class:`~loaderx.Dataset`.
+        """Opens the ragged dataset in the directory `path`; `checksums`,
+        `read_only` and (for a sharded one) `shards` as for
+        :class:`~loaderx.Dataset`.
 
         Raises:
             FileNotFoundError: `path` holds no schema.json.
@@ -115,11 +146,19 @@ class RaggedDataset(DatasetBase):
             self.dtype = schema_dtype(schema["dtype"])
             self.ndim = schema_count("ndim", schema["ndim"], 1)
             self.codec = schema_codec(schema.get("codec", "flate"))
+            self.sharded = schema.get("sharded", False) is True
         self._checksums = checksums
         self._read_only = read_only
-        values, shapes = _open_stores(
-            self.path, self.codec, checksums, create=False, read_only=read_only
-        )
+        self._shards = None if shards is None else [str(s) for s in shards]
+        if self._shards is not None and not self.sharded:
+            raise ValueError(f"{self.path}: shards= reads part of a sharded dataset; this one "
+                             "is not sharded")
+        if self.sharded:
+            values, shapes = _open_collections(self.path, self._shards, checksums, read_only)
+        else:
+            values, shapes = _open_stores(
+                self.path, self.codec, checksums, create=False, read_only=read_only
+            )
         self._open = (values, shapes)
         if len(shapes) > len(values):
             self.close()
@@ -208,6 +247,7 @@ class RaggedDataset(DatasetBase):
         checksums: bool | None = None,
         chunk_bytes: int = WRITE_CHUNK_BYTES,
         timeout: float = 60.0,
+        shard_records: int | None = None,
     ) -> "RaggedDataset":
         """Persists `arrays` (an iterable of array-likes of one number of
         dimensions, at least 1) as a ragged dataset, one sample each.
@@ -225,6 +265,11 @@ class RaggedDataset(DatasetBase):
         directory), so two never interleave their stores' appends; each
         append waits up to `timeout` seconds for another handle's append.
 
+        With `shard_records`, or when `path` holds a sharded ragged dataset
+        already, the samples go to new shards of this call's own, a new one
+        each `shard_records` samples, published at the end (as
+        :meth:`loaderx.Dataset.write` does).
+
         Returns:
             RaggedDataset: the dataset, opened.
 
@@ -236,6 +281,7 @@ class RaggedDataset(DatasetBase):
         """
         codec = codec_arg(codec)
         path = Path(path)
+        sharded = shard_records is not None
         it = iter(arrays)
         first = next(it, None)
         want = np.dtype(dtype) if dtype is not None else None
@@ -251,6 +297,7 @@ class RaggedDataset(DatasetBase):
                     if want is None:
                         want = existing.dtype
                     ndim = existing.ndim
+                    sharded = existing.sharded
                     if existing.dtype != want:
                         raise ValueError(
                             f"{path} holds {dtype_name(existing.dtype)} samples, cannot append "
@@ -272,68 +319,111 @@ class RaggedDataset(DatasetBase):
             if ndim < 1:
                 raise ValueError("ragged samples must have at least one dimension")
 
-            values, shapes = _open_stores(path, codec, checksums, create=True)
-            try:
-                if existing is None:
-                    if len(values) or len(shapes):
-                        raise ValueError(
-                            f"{path} holds Zrecord stores but no {SCHEMA}; refusing to turn them "
-                            "into a ragged dataset"
-                        )
-                    layout = {"ndim": ndim}
-                    created = create_schema(
-                        path, FORMAT, FORMAT_VERSION, want, layout, codec, durable
-                    )
-                    if not created:
-                        # A ragged write appends to two stores, which concurrent
-                        # writers would interleave: refuse rather than misalign.
-                        raise ValueError(
-                            f"another writer created a dataset at {path} at the same time; "
-                            "ragged datasets take one writer at a time"
-                        )
-                elif len(values) > len(shapes):
-                    # An interrupted write: values without shapes. They are the
-                    # tail of the store, so deleting them moves nothing.
-                    values.delete(np.arange(len(shapes), len(values), dtype=np.uint64))
-                group: list[np.ndarray] = []
-                group_bytes = 0
-
-                def flush() -> None:
-                    nonlocal group, group_bytes
-                    if not group:
-                        return
-                    lens = np.array([a.nbytes for a in group], dtype=np.uint64)
-                    offsets = np.cumsum(lens, dtype=np.uint64) - lens
-                    src = np.concatenate([a.reshape(-1).view(np.uint8) for a in group])
-                    dims = np.array([a.shape for a in group], dtype=SHAPE_DTYPE)
-                    values.append_var(src, offsets, lens, level=level, durable=durable,
-                                      timeout=timeout)
-                    shapes.append(dims, len(group), ndim * SHAPE_DTYPE.itemsize, durable=durable,
-                                  timeout=timeout)
-                    group, group_bytes = [], 0
-
-                for item in itertools.chain([] if first is None else [first], it):
-                    a = np.asarray(item)
-                    if a.ndim != ndim:
-                        raise ValueError(
-                            f"every sample must have {ndim} dimensions, got shape {a.shape}"
-                        )
-                    if a.dtype != want:
-                        if not np.can_cast(a.dtype, want, casting="same_kind"):
-                            raise TypeError(f"cannot cast a {a.dtype} sample to {want} safely")
-                        a = a.astype(want)
-                    a = np.ascontiguousarray(a)
-                    if a.nbytes > MAX_RECORD_LEN:
-                        raise ValueError(
-                            f"a sample of {a.nbytes} bytes exceeds the {MAX_RECORD_LEN} byte "
-                            "record limit"
-                        )
-                    group.append(a)
-                    group_bytes += a.nbytes
-                    if group_bytes >= chunk_bytes:
-                        flush()
-                flush()
-            finally:
-                values.close()
-                shapes.close()
+            items = itertools.chain([] if first is None else [first], it)
+            options = {"level": level, "durable": durable, "timeout": timeout}
+            if sharded:
+                _write_shards(path, items, want, ndim, codec, checksums, shard_records,
+                              chunk_bytes, existing is None, durable, options)
+            else:
+                _write_stores(path, items, want, ndim, codec, checksums, chunk_bytes,
+                              existing is None, durable, options)
         return cls(path, checksums=checksums)
+
+
+def _create_schema(path: Path, want: np.dtype, ndim: int, codec: str, sharded: bool,
+                   durable: bool) -> None:
+    layout = {"ndim": ndim, **({"sharded": True} if sharded else {})}
+    if not create_schema(path, FORMAT, FORMAT_VERSION, want, layout, codec, durable):
+        # A ragged write appends to two stores, which concurrent writers
+        # would interleave: refuse rather than misalign.
+        raise ValueError(
+            f"another writer created a dataset at {path} at the same time; ragged datasets "
+            "take one writer at a time"
+        )
+
+
+def _write_stores(path: Path, items: Iterable[Any], want: np.dtype, ndim: int, codec: str,
+                  checksums: bool | None, chunk_bytes: int, new: bool, durable: bool,
+                  options: dict[str, Any]) -> None:
+    """Appends `items` to the dataset's two stores (created when `new`)."""
+    values, shapes = _open_stores(path, codec, checksums, create=True)
+    try:
+        if new:
+            if len(values) or len(shapes):
+                raise ValueError(
+                    f"{path} holds Zrecord stores but no {SCHEMA}; refusing to turn them into "
+                    "a ragged dataset"
+                )
+            _create_schema(path, want, ndim, codec, False, durable)
+        elif len(values) > len(shapes):
+            # An interrupted write: values without shapes. They are the tail
+            # of the store, so deleting them moves nothing.
+            values.delete(np.arange(len(shapes), len(values), dtype=np.uint64))
+        append_ragged(values, shapes, items, want, ndim, chunk_bytes, **options)
+    finally:
+        values.close()
+        shapes.close()
+
+
+def _write_shards(path: Path, items: Iterable[Any], want: np.dtype, ndim: int, codec: str,
+                  checksums: bool | None, shard_records: int | None, chunk_bytes: int,
+                  new: bool, durable: bool, options: dict[str, Any]) -> None:
+    """Appends `items` to new shards of the sharded dataset (created when
+    `new`), published in the values collection, then the shapes'."""
+    if new:
+        _create_schema(path, want, ndim, codec, True, durable)
+    paths = [path, path / SHAPES]
+    prefix = new_prefix()
+    values = aligned_writer(path, codec, prefix, checksums, shard_records)
+    shapes = aligned_writer(path / SHAPES, "raw", prefix, checksums, shard_records)
+    # A write cut off between its two publishes is completed first.
+    align(paths)
+    append_ragged(values, shapes, items, want, ndim, chunk_bytes, **options)
+    values.sync()
+    shapes.sync()
+    publish_aligned(paths, values.shards)
+
+
+def append_ragged(values: Any, shapes: Any, items: Iterable[Any], want: np.dtype, ndim: int,
+                  chunk_bytes: int, **options: Any) -> int:
+    """Appends the samples `items`, cast to `want`, to a ragged dataset's
+    values and shapes (stores or collection writers): in groups of about
+    `chunk_bytes`, values first. Returns how many it appended."""
+    group: list[np.ndarray] = []
+    group_bytes = 0
+    count = 0
+
+    def flush() -> None:
+        nonlocal group, group_bytes
+        if not group:
+            return
+        lens = np.array([a.nbytes for a in group], dtype=np.uint64)
+        offsets = np.cumsum(lens, dtype=np.uint64) - lens
+        src = np.concatenate([a.reshape(-1).view(np.uint8) for a in group])
+        dims = np.array([a.shape for a in group], dtype=SHAPE_DTYPE)
+        values.append_var(src, offsets, lens, **options)
+        # The shapes store's codec is raw: it takes no level.
+        shapes.append(dims, len(group), ndim * SHAPE_DTYPE.itemsize,
+                      **{k: v for k, v in options.items() if k != "level"})
+        group, group_bytes = [], 0
+
+    for item in items:
+        a = np.asarray(item)
+        if a.ndim != ndim:
+            raise ValueError(f"every sample must have {ndim} dimensions, got shape {a.shape}")
+        if a.dtype != want:
+            if not np.can_cast(a.dtype, want, casting="same_kind"):
+                raise TypeError(f"cannot cast a {a.dtype} sample to {want} safely")
+            a = a.astype(want)
+        a = np.ascontiguousarray(a)
+        if a.nbytes > MAX_RECORD_LEN:
+            raise ValueError(
+                f"a sample of {a.nbytes} bytes exceeds the {MAX_RECORD_LEN} byte record limit"
+            )
+        group.append(a)
+        group_bytes += a.nbytes
+        count += 1
+        if group_bytes >= chunk_bytes:
+            flush()
+    flush()
+    return count

@@ -10,6 +10,9 @@ shard. The reads need nothing of it: ``Collection`` reads as ``Zrecord``.
 
 from __future__ import annotations
 
+import os
+import secrets
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -28,6 +31,41 @@ def open_records(path: Path, codec: str, sharded: bool, shards: Sequence[str] | 
     if sharded:
         return Collection(path, shards=shards, checksums=checksums, read_only=read_only)
     return Zrecord(path, codec, create=False, checksums=checksums, read_only=read_only)
+
+
+def new_prefix() -> str:
+    """A shard-name prefix no other writer picks: the time, this process
+    and random bits."""
+    return f"{time.time_ns():x}-{os.getpid():x}-{secrets.token_hex(4)}"
+
+
+def aligned_writer(path: Path, codec: str, prefix: str, checksums: bool | None,
+                   shard_records: int | None = None) -> CollectionWriter:
+    """A writer of shards named after `prefix` that end only every
+    `shard_records` records or when told (``end_shard``), never at a byte
+    limit: writers of aligned collections (a ragged dataset's two, a
+    table's streams) given the same appends make the same shards."""
+    return CollectionWriter(path, codec, shard_records=shard_records, shard_bytes=2**64 - 1,
+                            checksums=checksums, prefix=prefix)
+
+
+def publish_aligned(paths: Sequence[Path], shards: Sequence[str]) -> None:
+    """Publishes `shards` (synced, alike in every collection of `paths`) in
+    each, in the order of `paths`: the first lists at least what any other
+    lists, so a crash between leaves a state `align` completes. Callers
+    hold the writer lock that orders the publishers."""
+    for path in paths:
+        Collection.publish(path, list(shards))
+
+
+def align(paths: Sequence[Path]) -> None:
+    """Completes a `publish_aligned` that a crash interrupted: publishes in
+    every collection of `paths` what the first lists (its shards were all
+    synced before the first publish)."""
+    names = Collection.published(paths[0])
+    for path in paths[1:]:
+        if Collection.published(path) != names:
+            Collection.publish(path, names)
 
 
 class RecordsWriter:

@@ -17,6 +17,11 @@ A writer (or an opener that finds an interrupted delete) first repairs the
 table: it trims every store back to the committed length and finishes a
 recorded delete. Writers take the table's lock (``table.lock``) for the
 whole change; readers take none.
+
+A sharded table (``"sharded": true``, manifest version 2) keeps each stream
+as a sharded dataset, its shards aligned across streams; writers make new
+shards without the lock and take it only to publish them
+(``table_shards.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 
@@ -37,14 +42,16 @@ from .dataset import Dataset
 from .indexing import positions
 from .ragged import SHAPES, RaggedDataset
 from .schema_file import SCHEMA, read_json, sync_dir
+from .table_shards import KINDS, ShardWriter, committed, publish
 from .writer_lock import writer_lock
 
 FORMAT = "loaderx-table"
 FORMAT_VERSION = 1
+#: The manifest version of a sharded table, which readers of version 1
+#: refuse.
+SHARDED_VERSION = 2
 MANIFEST = "table.json"
 LOCK = "table.lock"
-#: The dataset class of each stream kind.
-KINDS: dict[str, type] = {"fixed": Dataset, "ragged": RaggedDataset, "bytes": BytesDataset}
 #: What a stream name may be: it is a directory name inside the table.
 STREAM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
@@ -61,6 +68,8 @@ class Table(Mapping[str, StreamDataset]):
         kinds (dict): Each stream's kind: ``'fixed'``, ``'ragged'`` or ``'bytes'``.
         classes (dict): Class names per stream, for label streams.
         source (dict): Where the data came from, as the writer recorded it.
+        shards (list | None): For a sharded table, the committed shards this
+            handle reads, in order; None for a table of single stores.
     """
 
     def __init__(
@@ -69,11 +78,14 @@ class Table(Mapping[str, StreamDataset]):
         *,
         checksums: bool | None = None,
         read_only: bool = False,
+        shards: Sequence[str] | None = None,
     ) -> None:
         """Opens the table in the directory `path`. A delete that a crash
         interrupted is finished first, which needs write access and no
         other handle on the table; `checksums` and `read_only` as for
-        :class:`~loaderx.Dataset`.
+        :class:`~loaderx.Dataset`. For a sharded table, `shards` names the
+        committed shards to read (a host's part, docs/data.md); the others
+        are not opened.
 
         Raises:
             FileNotFoundError: `path` holds no table.json.
@@ -83,6 +95,7 @@ class Table(Mapping[str, StreamDataset]):
         self.path = Path(path)
         self._checksums = checksums
         self._read_only = read_only
+        self._view = None if shards is None else [str(s) for s in shards]
         manifest = read_manifest(self.path)
         if manifest["delete"] is not None:
             if read_only:
@@ -96,11 +109,22 @@ class Table(Mapping[str, StreamDataset]):
         self.kinds: dict[str, str] = dict(manifest["streams"])
         self.classes: dict[str, list[str]] = manifest.get("classes") or {}
         self.source: dict[str, Any] = manifest.get("source") or {}
+        self.shards: list[str] | None = None
+        options: dict[str, Any] = {}
+        if manifest.get("sharded"):
+            self.shards = view(self.path, committed(self.path, manifest), shards)
+            options = {"shards": self.shards}
+        elif shards is not None:
+            raise ValueError(f"{self.path}: shards= reads part of a sharded table; this one "
+                             "is not sharded")
         self._streams: dict[str, StreamDataset] = {}
         try:
             for name, kind in self.kinds.items():
-                ds = KINDS[kind](self.path / name, checksums=checksums, read_only=read_only)
+                ds = KINDS[kind](self.path / name, checksums=checksums, read_only=read_only,
+                                 **options)
                 self._streams[name] = ds
+                if shards is not None:
+                    self.rows = len(ds)
                 ds._limit = self.rows
                 if len(ds) < self.rows:
                     raise ValueError(
@@ -149,7 +173,7 @@ class Table(Mapping[str, StreamDataset]):
         self.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_reopen, (str(self.path), self._checksums, self._read_only))
+        return (_reopen, (str(self.path), self._checksums, self._read_only, self._view))
 
     def __repr__(self) -> str:
         streams = ", ".join(f"{name}: {kind}" for name, kind in self.kinds.items())
@@ -171,10 +195,18 @@ class Table(Mapping[str, StreamDataset]):
         durable: bool = True,
         checksums: bool | None = None,
         timeout: float = 60.0,
+        shard_rows: int | None = None,
     ) -> "Table":
         """Appends the rows of `columns` (stream name to its items, all of
         one length) to the table at `path`, creating it with those streams
         when it does not exist; returns the table, open.
+
+        With `shard_rows`, a new table is sharded (docs/FORMAT.md, "Sharded
+        tables"): every stream a sharded dataset, a new shard every
+        `shard_rows` rows. A write to a sharded table makes new shards of
+        its own (at most `shard_rows` rows each, the table's own by default)
+        and publishes them at the end, all at once; many writers may write
+        to it at the same time. Its writes are always durable.
 
         A column's kind is ``kinds[name]`` if given, else ``'fixed'`` for a
         NumPy array, ``'bytes'`` for a sequence of str or bytes, and
@@ -199,28 +231,22 @@ class Table(Mapping[str, StreamDataset]):
             stream_name(name)
         path.mkdir(parents=True, exist_ok=True)
         with table_lock(path):
-            if not (path / MANIFEST).is_file():
-                want = {name: column_kind(name, col, (kinds or {}).get(name))
-                        for name, col in columns.items()}
+            manifest = create(path, columns, kinds=kinds, codec=codec, classes=classes,
+                              source=source, checksums=checksums, shard_rows=shard_rows)
+            if not manifest.get("sharded"):
+                manifest = repair(path, manifest, timeout)
+                check_streams(path, manifest, columns)
                 for name, col in columns.items():
-                    create_stream(path / name, want[name], col, codec_of(codec, name),
-                                  checksums=checksums)
-                write_manifest(path, {
-                    "format": FORMAT, "version": FORMAT_VERSION, "length": 0,
-                    "streams": want, "classes": dict(classes or {}),
-                    "source": dict(source or {}), "delete": None,
-                })
-            manifest = repair(path, read_manifest(path), timeout)
-            if set(manifest["streams"]) != set(columns):
-                raise ValueError(
-                    f"{path} has streams {sorted(manifest['streams'])}, the columns are "
-                    f"{sorted(columns)}"
-                )
-            for name, col in columns.items():
-                write_rows(path / name, manifest["streams"][name], col, level=level,
-                           durable=durable, checksums=checksums, timeout=timeout)
-            manifest["length"] += next(iter(counts.values()))
-            write_manifest(path, manifest)
+                    write_rows(path / name, manifest["streams"][name], col, level=level,
+                               durable=durable, checksums=checksums, timeout=timeout)
+                manifest["length"] += next(iter(counts.values()))
+                write_manifest(path, manifest)
+                return cls(path, checksums=checksums)
+        check_streams(path, manifest, columns)
+        writer = ShardWriter(path, manifest["streams"], shard_rows or manifest["shard_rows"],
+                             checksums=checksums, level=level, timeout=timeout)
+        writer.write(columns)
+        publish_shards(path, writer.sync())
         return cls(path, checksums=checksums)
 
     def delete(self, rows: Any, *, timeout: float = 0.0) -> None:
@@ -228,7 +254,10 @@ class Table(Mapping[str, StreamDataset]):
         stream, keeping them aligned: the last rows move into the holes, as
         :meth:`loaderx.Dataset.delete` does. Needs every store to itself,
         waiting up to `timeout` seconds for other handles to close; this
-        table's own handles are closed and reopened around the delete."""
+        table's own handles are closed and reopened around the delete.
+        A sharded table takes no deletes yet (ValueError)."""
+        if self.shards is not None:
+            raise ValueError(f"{self.path}: deleting rows of a sharded table is not supported")
         targets = np.unique(positions(rows, self.rows).reshape(-1)).tolist()
         self.close()
         with table_lock(self.path):
@@ -236,7 +265,8 @@ class Table(Mapping[str, StreamDataset]):
             manifest["delete"] = {"from": manifest["length"], "rows": targets}
             write_manifest(self.path, manifest)
             repair(self.path, manifest, timeout)
-        self.__init__(self.path, checksums=self._checksums, read_only=self._read_only)
+        self.__init__(self.path, checksums=self._checksums, read_only=self._read_only,
+                      shards=self._view)
 
 
 def open_path(path: str | os.PathLike[str], **options: Any) -> Table | StreamDataset:
@@ -265,8 +295,21 @@ def open_path(path: str | os.PathLike[str], **options: Any) -> Table | StreamDat
     return by_format.get(fmt, Dataset)(path, **options)
 
 
-def _reopen(path: str, checksums: bool | None, read_only: bool) -> Table:
-    return Table(path, checksums=checksums, read_only=read_only)
+def _reopen(path: str, checksums: bool | None, read_only: bool,
+            shards: list[str] | None = None) -> Table:
+    return Table(path, checksums=checksums, read_only=read_only, shards=shards)
+
+
+def view(path: Path, names: list[str], shards: Sequence[str] | None) -> list[str]:
+    """The committed shards `names` a handle reads: those in `shards` (in
+    the table's order), or all."""
+    if shards is None:
+        return names
+    wanted = {str(s) for s in shards}
+    missing = wanted - set(names)
+    if missing:
+        raise ValueError(f"{path}: the table has not committed shards {sorted(missing)}")
+    return [n for n in names if n in wanted]
 
 
 # -- the manifest ---------------------------------------------------------------
@@ -279,8 +322,15 @@ def read_manifest(path: Path) -> dict[str, Any]:
     bad = None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         bad = f"it is not a {FORMAT} manifest"
-    elif m.get("version") != FORMAT_VERSION:
-        bad = f"it has version {m.get('version')!r}; this loaderx reads {FORMAT_VERSION}"
+    elif m.get("version") not in (FORMAT_VERSION, SHARDED_VERSION):
+        bad = (f"it has version {m.get('version')!r}; this loaderx reads {FORMAT_VERSION} and "
+               f"{SHARDED_VERSION}")
+    elif (m["version"] == SHARDED_VERSION) != (m.get("sharded", False) is True):
+        bad = f"version {SHARDED_VERSION}, and only it, says 'sharded': true"
+    elif m.get("sharded") and not (isinstance(m.get("shard_rows"), int)
+                                   and not isinstance(m["shard_rows"], bool)
+                                   and m["shard_rows"] >= 1):
+        bad = f"field 'shard_rows' must be a positive int, not {m.get('shard_rows')!r}"
     elif not isinstance(m.get("length"), int) or isinstance(m["length"], bool) or m["length"] < 0:
         bad = f"field 'length' must be a non-negative int, not {m.get('length')!r}"
     elif not isinstance(m.get("streams"), dict) or not m["streams"]:
@@ -299,6 +349,46 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise ValueError(f"{file} is malformed: {bad}")
     m.setdefault("delete", None)
     return m
+
+
+def create(path: Path, columns: Mapping[str, Any], *, kinds: Mapping[str, str] | None,
+           codec: str | Mapping[str, str], classes: Mapping[str, list[str]] | None,
+           source: Mapping[str, Any] | None, checksums: bool | None,
+           shard_rows: int | None) -> dict[str, Any]:
+    """The manifest of the table at `path`, after creating the table with
+    the streams of `columns` (sharded with `shard_rows`) when it has none.
+    Callers hold the table's lock."""
+    if not (path / MANIFEST).is_file():
+        want = {name: column_kind(name, col, (kinds or {}).get(name))
+                for name, col in columns.items()}
+        for name, col in columns.items():
+            create_stream(path / name, want[name], col, codec_of(codec, name),
+                          checksums=checksums, sharded=shard_rows is not None)
+        sharding = ({"version": SHARDED_VERSION, "sharded": True, "shard_rows": shard_rows}
+                    if shard_rows is not None else {"version": FORMAT_VERSION})
+        write_manifest(path, {
+            "format": FORMAT, **sharding, "length": 0, "streams": want,
+            "classes": dict(classes or {}), "source": dict(source or {}), "delete": None,
+        })
+    return read_manifest(path)
+
+
+def check_streams(path: Path, manifest: Mapping[str, Any], columns: Mapping[str, Any]) -> None:
+    if set(manifest["streams"]) != set(columns):
+        raise ValueError(
+            f"{path} has streams {sorted(manifest['streams'])}, the columns are {sorted(columns)}"
+        )
+
+
+def publish_shards(path: Path, shards: Sequence[str]) -> None:
+    """Publishes shards that writers of the sharded table at `path` made
+    (``table_shards.ShardWriter``) and commits the table's new length,
+    holding the table's lock."""
+    with table_lock(path):
+        manifest = read_manifest(path)
+        length = publish(path, manifest["streams"], shards)
+        if length != manifest["length"]:
+            write_manifest(path, {**manifest, "length": length})
 
 
 def write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
@@ -386,21 +476,24 @@ def column_kind(name: str, column: Any, kind: str | None) -> str:
 
 
 def create_stream(
-    path: Path, kind: str, column: Any, codec: str, *, checksums: bool | None
+    path: Path, kind: str, column: Any, codec: str, *, checksums: bool | None, sharded: bool
 ) -> None:
     """Creates the empty stream of `kind` at `path` for the items of
-    `column` (their dtype and dimensions), unless it exists."""
+    `column` (their dtype and dimensions), sharded or not, unless it
+    exists."""
+    # Any limit makes a sharded dataset; the table's writers set their own.
+    shard = {"shard_records": 1} if sharded else {}
     if kind == "fixed":
         a = np.asanyarray(column)
-        Dataset.write(path, a[:0], codec, checksums=checksums).close()
+        Dataset.write(path, a[:0], codec, checksums=checksums, **shard).close()
     elif kind == "ragged":
         first = np.asarray(column[0])
         RaggedDataset.write(path, [], codec, first.dtype, ndim=first.ndim,
-                            checksums=checksums).close()
+                            checksums=checksums, **shard).close()
     else:
         first = column[0] if len(column) else b""
         BytesDataset.write(path, [], codec, kind="str" if isinstance(first, str) else "bytes",
-                           checksums=checksums).close()
+                           checksums=checksums, **shard).close()
 
 
 def write_rows(path: Path, kind: str, column: Any, **options: Any) -> None:

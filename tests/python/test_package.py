@@ -20,7 +20,8 @@ def test_all_lists_exactly_the_public_api():
         "CorruptStoreError", "InvalidArgumentError", "BufferTooSmallError",
         "RecordTooLargeError", "StoreFullError", "StoreIOError", "StoreReadOnlyError",
         "StoreForkedError", "StoreMemoryError",
-        "Sampler", "SampleRngs", "MAX_RECORD_LEN", "V1_MAX_RECORD_LEN", "__version__",
+        "Sampler", "SampleRngs", "MAX_RECORD_LEN", "MAX_RECORDS", "V1_MAX_RECORD_LEN",
+        "__version__",
     ]
     for name in loaderx.__all__:
         assert hasattr(loaderx, name), name
@@ -34,6 +35,7 @@ def test_version_comes_from_the_crate():
 
 
 def test_record_limits_are_one_gib_and_one_mib_in_format_1():
+    assert loaderx.MAX_RECORDS == 1 << 24
     assert loaderx.MAX_RECORD_LEN == 1 << 30
     assert loaderx.V1_MAX_RECORD_LEN == 1 << 20
 

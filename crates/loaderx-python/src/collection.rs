@@ -68,6 +68,15 @@ impl Collection {
         py.detach(|| Inner::published(&path)).map_err(error::engine)
     }
 
+    /// Lists `shards` (folder names of durable shards that writers made,
+    /// `CollectionWriter.sync()`, and that are not listed yet) at the end of
+    /// the collection at `path`, as one new manifest generation; returns it.
+    #[staticmethod]
+    fn publish(py: Python<'_>, path: PathBuf, shards: Vec<String>) -> PyResult<u64> {
+        py.detach(|| Inner::publish(&path, &shards))
+            .map_err(error::engine)
+    }
+
     /// Records in all published shards, as of the opening.
     fn __len__(&self) -> PyResult<usize> {
         Ok(self.shared()?.len() as usize)
@@ -178,6 +187,9 @@ impl Collection {
 /// between. A shard holds at most `shard_records` records and about
 /// `shard_bytes` bytes (a bigger record gets one of its own); a call goes
 /// whole into the current shard when it fits there, else into new ones.
+/// With `prefix`, its shards are named `{prefix}-0`, `{prefix}-1`, ... (hex),
+/// so that writers given the same prefix, limits and appends (a table's
+/// streams) make shards of the same names and lengths.
 #[pyclass(module = "loaderx._native", name = "CollectionWriter", frozen)]
 pub struct CollectionWriter {
     inner: Mutex<InnerWriter>,
@@ -221,7 +233,7 @@ impl CollectionWriter {
 impl CollectionWriter {
     #[new]
     #[pyo3(signature = (path, codec = "flate", *, shard_records = None, shard_bytes = None,
-                        checksums = None))]
+                        checksums = None, prefix = None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -229,6 +241,7 @@ impl CollectionWriter {
         shard_records: Option<&Bound<'_, PyAny>>,
         shard_bytes: Option<&Bound<'_, PyAny>>,
         checksums: Option<bool>,
+        prefix: Option<&str>,
     ) -> PyResult<Self> {
         let codec = codec_arg(codec)?;
         let mut limits = ShardLimits::default();
@@ -248,7 +261,13 @@ impl CollectionWriter {
             ..StoreOptions::default()
         };
         let inner = py
-            .detach(|| InnerWriter::new(&path, &options, limits))
+            .detach(|| {
+                let writer = InnerWriter::new(&path, &options, limits)?;
+                match prefix {
+                    Some(prefix) => writer.with_prefix(prefix),
+                    None => Ok(writer),
+                }
+            })
             .map_err(error::engine)?;
         Ok(CollectionWriter {
             inner: Mutex::new(inner),
@@ -338,6 +357,22 @@ impl CollectionWriter {
         let mut guard = self.writer();
         let writer = &mut *guard;
         py.detach(|| writer.publish()).map_err(error::engine)
+    }
+
+    /// Ends the current shard (made durable): the next append starts a new
+    /// one.
+    fn end_shard(&self, py: Python<'_>) -> PyResult<()> {
+        let mut guard = self.writer();
+        let writer = &mut *guard;
+        py.detach(|| writer.end_shard()).map_err(error::engine)
+    }
+
+    /// Makes this writer's shards durable without publishing them, for
+    /// another process to publish (`Collection.publish`).
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let mut guard = self.writer();
+        let writer = &mut *guard;
+        py.detach(|| writer.sync()).map_err(error::engine)
     }
 
     /// The folder names of the shards this writer made, in order.

@@ -51,6 +51,7 @@ mod _native {
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("MAX_RECORD_LEN", ::zrecord::MAX_RECORD_LEN)?;
+        m.add("MAX_RECORDS", ::zrecord::MAX_RECORDS)?;
         m.add("V1_MAX_RECORD_LEN", ::zrecord::V1_MAX_RECORD_LEN)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         crate::error::add_kinds(m)?;

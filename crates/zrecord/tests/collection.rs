@@ -86,6 +86,57 @@ fn records_are_read_as_one_sequence_once_published() {
 }
 
 #[test]
+fn writers_with_one_prefix_make_aligned_shards_that_another_handle_publishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let mut rng = Rng(7);
+    let model: Vec<Vec<u8>> = (0..17).map(|i| noise(&mut rng, 1 + i * 13)).collect();
+    let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
+    let mut shards = Vec::new();
+    for path in [&a, &b] {
+        let mut w = writer(path, limits(4, u64::MAX)).with_prefix("w7").unwrap();
+        w.append(&refs[..6], &opts(Codec::Zstd)).unwrap();
+        w.append(&refs[6..], &opts(Codec::Raw)).unwrap();
+        w.sync().unwrap();
+        shards.push(w.shards().to_vec());
+        // Synced, not published: nobody reads them yet.
+        assert_eq!(Collection::open(path).unwrap().len(), 0);
+    }
+    assert_eq!(shards[0], ["w7-0", "w7-1", "w7-2", "w7-3", "w7-4"]);
+    assert_eq!(shards[0], shards[1]);
+    for path in [&a, &b] {
+        assert_eq!(Collection::publish(path, &shards[0]).unwrap(), 1);
+        let c = Collection::open(path).unwrap();
+        assert_eq!(c.starts(), &[0, 4, 6, 10, 14, 17]);
+        assert_eq!(read_all(&c), model);
+        // Publishing them again adds nothing.
+        assert_eq!(Collection::publish(path, &shards[0]).unwrap(), 1);
+    }
+    // A second writer with the prefix may not take the names.
+    let mut again = writer(&a, limits(4, u64::MAX)).with_prefix("w7").unwrap();
+    let err = again.append(&refs[..1], &opts(Codec::Raw)).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument { path, .. } if path.ends_with("w7-0")),
+        "{err}"
+    );
+    assert!(
+        CollectionWriter::new(&a, &StoreOptions::default(), limits(4, 9))
+            .unwrap()
+            .with_prefix("Not/a name")
+            .is_err()
+    );
+    // Only folders holding a store are published.
+    for bad in ["w7-9", "../a", "manifest-1.zc"] {
+        let err = Collection::publish(&a, &[bad.to_string()]).unwrap_err();
+        assert!(
+            matches!(err, Error::NotAStore { .. } | Error::InvalidArgument { .. }),
+            "{bad}: {err}"
+        );
+    }
+    assert_eq!(Collection::open(&a).unwrap().generation(), 1);
+}
+
+#[test]
 fn more_shards_than_stay_open_are_read_and_read_again() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c");

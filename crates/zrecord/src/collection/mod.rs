@@ -145,6 +145,25 @@ impl Collection {
         Ok(manifest::read(dir.as_ref())?.1)
     }
 
+    /// Lists `shards` (those not listed yet) at the end of the collection in
+    /// `dir`, as one new manifest generation; returns it. For shards that
+    /// writers elsewhere made and made durable ([`CollectionWriter::sync`]):
+    /// each must be a folder of `dir` holding a store.
+    pub fn publish(dir: impl AsRef<Path>, shards: &[String]) -> Result<u64> {
+        let dir = dir.as_ref();
+        for name in shards {
+            if !manifest::valid_shard_name(name) {
+                return Err(Error::InvalidArgument {
+                    path: dir.to_path_buf(),
+                    reason: format!("{name:?} is not a shard name"),
+                });
+            }
+            shard_length(&dir.join(name))?;
+        }
+        sync_dir(dir)?;
+        manifest::publish(dir, shards)
+    }
+
     /// [`Collection::open_with`] with the default store options.
     pub fn open(dir: impl AsRef<Path>) -> Result<Collection> {
         Collection::open_with(dir, &StoreOptions::default())
@@ -369,6 +388,9 @@ pub struct CollectionWriter {
     current: Option<(String, Store, u64)>,
     /// Shards made by this writer, published or not, in order.
     made: Vec<String>,
+    /// With a prefix, shard `n` of this writer is `{prefix}-{n:x}`: writers
+    /// of aligned collections (a table's streams) name theirs alike.
+    prefix: Option<String>,
 }
 
 static SHARD_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -401,7 +423,28 @@ impl CollectionWriter {
             limits,
             current: None,
             made: Vec::new(),
+            prefix: None,
         })
+    }
+
+    /// Names this writer's shards `{prefix}-0`, `{prefix}-1`, ... (hex)
+    /// instead of by time and process: writers given the same prefix, limits
+    /// and appends make shards of the same names and lengths. A shard name
+    /// taken already is an error, never a retry under another name.
+    pub fn with_prefix(mut self, prefix: &str) -> Result<CollectionWriter> {
+        // The longest name it can make: a counter of 16 hex digits.
+        if !manifest::valid_shard_name(&format!("{prefix}-{:x}", u64::MAX)) {
+            return Err(Error::InvalidArgument {
+                path: self.dir,
+                reason: format!(
+                    "shard prefix {prefix:?} must be digits, lowercase letters and '-', \
+                     at most {} of them",
+                    manifest::MAX_SHARD_NAME - 17
+                ),
+            });
+        }
+        self.prefix = Some(prefix.to_owned());
+        Ok(self)
     }
 
     /// A new shard with a name no other writer makes: the time, this
@@ -411,8 +454,13 @@ impl CollectionWriter {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         loop {
-            let n = SHARD_COUNTER.fetch_add(1, Ordering::Relaxed);
-            let name = format!("{nanos:x}-{:x}-{n:x}", std::process::id());
+            let name = match &self.prefix {
+                Some(prefix) => format!("{prefix}-{:x}", self.made.len()),
+                None => {
+                    let n = SHARD_COUNTER.fetch_add(1, Ordering::Relaxed);
+                    format!("{nanos:x}-{:x}-{n:x}", std::process::id())
+                }
+            };
             let path = self.dir.join(&name);
             match fs::create_dir(&path) {
                 Ok(()) => {
@@ -421,7 +469,15 @@ impl CollectionWriter {
                     self.current = Some((name, store, 0));
                     return Ok(());
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && self.prefix.is_none() => {
+                    continue
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    return Err(Error::InvalidArgument {
+                        path,
+                        reason: "the shard exists already: another writer has this prefix".into(),
+                    })
+                }
                 Err(e) => return Err(io_error(&path)(e)),
             }
         }
@@ -438,7 +494,7 @@ impl CollectionWriter {
             if store.len() + records.len() > self.limits.max_records as usize
                 || (!store.is_empty() && *bytes + adding > self.limits.max_bytes)
             {
-                self.finish_shard()?;
+                self.end_shard()?;
             }
         }
         let mut rest = records;
@@ -469,14 +525,15 @@ impl CollectionWriter {
                 || store.len() >= self.limits.max_records as usize
                 || *bytes >= self.limits.max_bytes
             {
-                self.finish_shard()?;
+                self.end_shard()?;
             }
         }
         Ok(())
     }
 
-    /// Syncs the current shard and lets the next append start another.
-    fn finish_shard(&mut self) -> Result<()> {
+    /// Syncs the current shard and lets the next append start another:
+    /// writers of aligned collections end their shards at the same rows.
+    pub fn end_shard(&mut self) -> Result<()> {
         if let Some((_, store, _)) = self.current.take() {
             store.sync()?;
         }
@@ -493,11 +550,17 @@ impl CollectionWriter {
     /// returns it. A crash at any moment leaves the collection as it was
     /// before or with all of them.
     pub fn publish(&mut self) -> Result<u64> {
+        self.sync()?;
+        manifest::publish(&self.dir, &self.made)
+    }
+
+    /// Makes every shard of this writer durable, without publishing them:
+    /// another process may publish them later ([`Collection::publish`]).
+    pub fn sync(&mut self) -> Result<()> {
         // Finished shards were synced when they were finished.
         if let Some((_, store, _)) = &self.current {
             store.sync()?;
         }
-        sync_dir(&self.dir)?;
-        manifest::publish(&self.dir, &self.made)
+        sync_dir(&self.dir)
     }
 }

@@ -1,0 +1,211 @@
+"""loaderx.ray on a real multi-node Ray cluster on this machine: a head and
+a second raylet node, each with one CPU, every server on 127.0.0.1 (checked
+against the machine's listening sockets), started and stopped here.
+
+Ray writes a dataset into a sharded table from tasks on both nodes and
+reads it back bit-exact and typed as the streams are; a write task killed
+mid-write is retried and its shards are never published; a write that fails
+leaves the table as it was.
+"""
+
+import os
+import signal
+import sys
+
+import numpy as np
+import pytest
+
+# Read when Ray is imported: with it, Ray's servers bind to 127.0.0.1 and
+# its nodes take that address (without it, every interface).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+ray = pytest.importorskip("ray")
+import ray.data  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import loaderx  # noqa: E402
+import loaderx.ray as lxray  # noqa: E402
+from loaderx import Collection, Dataset, Table  # noqa: E402
+
+
+def listening() -> set[str]:
+    """The local addresses of every listening TCP socket on the machine."""
+    found = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A":  # LISTEN
+                    found.add(fields[1])
+    return found
+
+
+def loopback(address: str) -> bool:
+    host = address.split(":")[0]
+    # 127.0.0.1 as /proc writes it, in IPv4 and as an IPv4-mapped IPv6.
+    return host in ("0100007F", "0000000000000000FFFF00000100007F")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    before = listening()
+    c = Cluster(initialize_head=True,
+                head_node_args={"num_cpus": 1, "include_dashboard": False})
+    c.add_node(num_cpus=1)
+    ray.init(address=c.address, log_to_driver=False)
+    # Workers cannot import this module: its sinks travel by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.execution_options.preserve_order = True
+    try:
+        yield {"new_listeners": listening() - before}
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def rows(n, start=0):
+    return [{
+        "image": np.full((4, 3), (start + i) % 251, np.uint8) + np.arange(12, dtype=np.uint8)
+        .reshape(4, 3),
+        "label": start + i,
+        "text": f"row {start + i}" * ((start + i) % 3),
+        "tokens": np.arange((start + i) % 5 + 1, dtype=np.int32) * (start + i),
+    } for i in range(n)]
+
+
+def assert_table_holds(table, items):
+    assert table.rows == len(items)
+    assert np.array_equal(table["image"][:], np.stack([r["image"] for r in items]))
+    assert np.array_equal(table["label"][:], [r["label"] for r in items])
+    assert table["text"][:] == [r["text"] for r in items]
+    assert all(np.array_equal(a, r["tokens"]) for a, r in zip(table["tokens"][:], items))
+
+
+class NodeRecordingSink(lxray.TableDatasink):
+    """Notes in a file the node each write task ran on."""
+
+    def __init__(self, path, notes, **kw):
+        super().__init__(path, **kw)
+        self.notes = notes
+
+    def write(self, blocks, ctx):
+        node = ray.get_runtime_context().get_node_id()
+        with open(os.path.join(self.notes, f"{ctx.task_idx}"), "w") as f:
+            f.write(node)
+        return super().write(blocks, ctx)
+
+
+def test_the_cluster_has_two_nodes_and_listens_on_loopback_only(cluster):
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    assert len(nodes) == 2
+    assert {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
+    assert cluster["new_listeners"]
+    assert all(loopback(a) for a in cluster["new_listeners"]), cluster["new_listeners"]
+
+
+def test_write_from_both_nodes_and_read_back(cluster, tmp_path):
+    items = rows(3000)
+    ds = ray.data.from_items(items, override_num_blocks=8)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    sink = NodeRecordingSink(tmp_path / "t", str(notes), shard_rows=256)
+    ds.write_datasink(sink, ray_remote_args={"scheduling_strategy": "SPREAD"})
+    assert len({p.read_text() for p in notes.iterdir()}) == 2
+    with Table(tmp_path / "t") as table:
+        assert_table_holds(table, items)
+        # Each task's rows end in a shard of its own.
+        assert len(table.shards) >= 8
+
+    back = lxray.read(tmp_path / "t")
+    schema = back.schema()
+    types = dict(zip(schema.names, map(str, schema.types)))
+    assert "shape=(4, 3), dtype=uint8" in types["image"]
+    assert types["label"] == "int64" and types["text"] == "string"
+    assert "VariableShaped" in types["tokens"] and "int32" in types["tokens"]
+    got = back.take_all()
+    assert len(got) == len(items)
+    for g, r in zip(got, items):
+        assert np.array_equal(g["image"], r["image"]) and g["label"] == r["label"]
+        assert g["text"] == r["text"] and np.array_equal(g["tokens"], r["tokens"])
+    # Several read tasks over ranges of shards, one column only.
+    labels = lxray.read(tmp_path / "t", columns=["label"], override_num_blocks=5)
+    assert labels.schema().names == ["label"]
+    assert [r["label"] for r in labels.take_all()] == list(range(3000))
+
+    # A second write appends its own shards.
+    more = rows(500, start=3000)
+    table = lxray.write(ray.data.from_items(more, override_num_blocks=3), tmp_path / "t")
+    assert_table_holds(table, items + more)
+    table.close()
+
+
+def test_read_a_dataset(cluster, tmp_path):
+    x = np.random.default_rng(0).integers(0, 9, (1000, 7), dtype=np.int16)
+    Dataset.write(tmp_path / "d", x, shard_records=300).close()
+    got = lxray.read(tmp_path / "d", override_num_blocks=3).take_batch(1000)["data"]
+    assert np.array_equal(got, x)
+
+
+class KilledOnceSink(lxray.TableDatasink):
+    """Task 1's first attempt writes a block's rows, then its process is
+    SIGKILLed: a write task dying mid-write."""
+
+    def __init__(self, path, marker, **kw):
+        super().__init__(path, **kw)
+        self.marker = marker
+
+    def write(self, blocks, ctx):
+        def blocks_then_death():
+            for k, block in enumerate(blocks):
+                yield block
+                if ctx.task_idx == 1 and k == 0:
+                    try:
+                        os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+                    except FileExistsError:
+                        continue  # the retry lives
+                    # Its first block is in its shards by now: flush them.
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return super().write(blocks_then_death(), ctx)
+
+
+def test_a_write_task_killed_mid_write_publishes_nothing_of_its_first_attempt(cluster,
+                                                                              tmp_path):
+    items = rows(2000)
+    ds = ray.data.from_items(items, override_num_blocks=4).repartition(2)
+    sink = KilledOnceSink(tmp_path / "t", str(tmp_path / "killed"), shard_rows=100)
+    ds.write_datasink(sink)
+    assert (tmp_path / "killed").exists()
+    with Table(tmp_path / "t") as table:
+        assert_table_holds(table, items)
+        published = set(table.shards)
+    # The dead attempt left shards of its own on disk; nothing lists them.
+    on_disk = {p.name for p in (tmp_path / "t" / "label").iterdir()
+               if p.is_dir() and p.name != "shapes.zr"}
+    assert on_disk - published
+    assert set(Collection.published(tmp_path / "t" / "label")) == published
+
+
+class FailingSink(lxray.TableDatasink):
+    def write(self, blocks, ctx):
+        if ctx.task_idx == 1:
+            list(blocks)
+            raise RuntimeError("this task fails")
+        return super().write(blocks, ctx)
+
+
+def test_a_failed_write_leaves_the_table_as_it_was(cluster, tmp_path):
+    first = rows(300)
+    lxray.write(ray.data.from_items(first, override_num_blocks=2), tmp_path / "t").close()
+    ds = ray.data.from_items(rows(600, start=300), override_num_blocks=3)
+    with pytest.raises(Exception, match="this task fails"):
+        ds.write_datasink(FailingSink(tmp_path / "t"), ray_remote_args={"max_retries": 0})
+    with Table(tmp_path / "t") as table:
+        assert_table_holds(table, first)
+
+
+def test_a_table_of_single_stores_is_refused(cluster, tmp_path):
+    Table.write(tmp_path / "t", {"label": np.arange(5)}).close()
+    with pytest.raises(Exception, match="table of single stores"):
+        lxray.write(ray.data.from_items([{"label": 1}]), tmp_path / "t")
+    assert loaderx.open(tmp_path / "t").rows == 5

@@ -1,0 +1,175 @@
+"""Sharded tables and sharded ragged datasets: every stream a collection
+whose shards have the same names and lengths as the others'. They read and
+load as the same data written unsharded (bit-exact against the columns
+written); writers in several processes add to one table at once; a publish
+cut off between its collections leaves the table as it was, and the next
+publisher completes it; a host's view opens only its shards.
+"""
+
+import json
+import multiprocessing
+
+import numpy as np
+import pytest
+
+from loaderx import Collection, DataLoader, RaggedDataset, Sampler, Table
+from loaderx.table_shards import ShardWriter, collections
+
+
+def columns(n, seed=0, start=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "image": rng.integers(0, 255, (n, 4, 3), dtype=np.uint8),
+        "label": np.arange(start, start + n, dtype=np.int64),
+        "text": [f"row {start + i}" * ((start + i) % 4) for i in range(n)],
+        "tokens": [rng.integers(0, 99, size=((start + i) % 6 + 1, 2)).astype(np.int32)
+                   for i in range(n)],
+    }
+
+
+def assert_rows(table, cols, rows=None):
+    rows = np.arange(len(cols["label"])) if rows is None else rows
+    assert np.array_equal(table["image"][rows], cols["image"][rows])
+    assert np.array_equal(table["label"][rows], cols["label"][rows])
+    assert table["text"][rows] == [cols["text"][r] for r in rows]
+    got = table["tokens"][rows]
+    assert len(got) == len(rows)
+    assert all(np.array_equal(g, cols["tokens"][r]) for g, r in zip(got, rows))
+
+
+def test_a_sharded_table_reads_and_loads_as_the_same_table_unsharded(tmp_path):
+    cols = columns(1000)
+    first = {k: v[:600] for k, v in cols.items()}
+    rest = {k: v[600:] for k, v in cols.items()}
+    Table.write(tmp_path / "s", first, shard_rows=128, codec="zstd").close()
+    table = Table.write(tmp_path / "s", rest)  # the table's shard_rows
+    # 600 rows: 4 full shards and 88 rows; 400 more: 3 full and 16.
+    assert table.rows == 1000 and len(table.shards) == 9
+    for name in ("image", "label", "text"):
+        assert Collection(tmp_path / "s" / name).shards == table.shards
+    assert Collection(tmp_path / "s" / "tokens" / "shapes.zr").shards == table.shards
+    manifest = json.loads((tmp_path / "s" / "table.json").read_text())
+    assert (manifest["version"], manifest["sharded"], manifest["shard_rows"]) == (2, True, 128)
+    assert_rows(table, cols)
+    order = np.random.default_rng(1).permutation(1000)[:200]
+    assert_rows(table, cols, order)
+    one = Table.write(tmp_path / "one", cols)
+    kw = dict(batch_size=50, mode=Sampler.Mode.SHUFFLE, seed=4)
+    with DataLoader(table, **kw) as sharded, DataLoader(one, **kw) as single:
+        for _ in range(25):  # more than an epoch
+            a, b = next(sharded), next(single)
+            for key in ("image", "label", "text"):
+                assert np.array_equal(a[key], b[key]), key
+            assert np.array_equal(a["tokens"]["values"], b["tokens"]["values"])
+    table.close(), one.close()
+
+
+def _write_rows(path, seed, start, n):
+    Table.write(path, columns(n, seed=seed, start=start), shard_rows=50).close()
+
+
+def test_writers_in_several_processes_add_to_one_table_at_once(tmp_path):
+    Table.write(tmp_path / "t", columns(10, seed=9, start=9000), shard_rows=50).close()
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_rows, args=(tmp_path / "t", w, w * 1000, 100 + w))
+             for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    with Table(tmp_path / "t") as table:
+        assert table.rows == 10 + sum(100 + w for w in range(4))
+        labels = table["label"][:]
+        # Each writer's rows are together and in order, whatever the order
+        # of the writers; every stream is aligned with the labels.
+        for w in range(4):
+            mine = np.flatnonzero((labels >= w * 1000) & (labels < w * 1000 + 100 + w))
+            assert np.array_equal(labels[mine], np.arange(w * 1000, w * 1000 + 100 + w))
+            assert np.all(np.diff(mine) == 1)
+            want = columns(100 + w, seed=w, start=w * 1000)
+            assert np.array_equal(table["image"][mine], want["image"])
+            assert table["text"][mine] == want["text"]
+            assert all(np.array_equal(g, t) for g, t in zip(table["tokens"][mine],
+                                                              want["tokens"]))
+
+
+def test_a_publish_cut_off_between_streams_is_completed_by_the_next(tmp_path):
+    path = tmp_path / "t"
+    cols = columns(300)
+    Table.write(path, {k: v[:100] for k, v in cols.items()}, shard_rows=64).close()
+    manifest = json.loads((path / "table.json").read_text())
+    writer = ShardWriter(path, manifest["streams"], 64)
+    writer.write({k: v[100:200] for k, v in cols.items()})
+    shards = writer.sync()
+    # A publisher that stops after the first two collections of four (the
+    # ragged stream's values and shapes are the last two of five).
+    for p in collections(path, manifest["streams"])[:2]:
+        Collection.publish(p, shards)
+    with Table(path) as table:
+        assert table.rows == 100
+        assert_rows(table, {k: v[:100] for k, v in cols.items()})
+    # Unpublished shards of a writer that died are never read either.
+    dead = ShardWriter(path, manifest["streams"], 64)
+    dead.write({k: v[:10] for k, v in cols.items()})
+    dead.sync()
+    table = Table.write(path, {k: v[200:] for k, v in cols.items()})
+    assert table.rows == 300
+    assert_rows(table, cols)
+    table.close()
+
+
+def test_a_host_opens_only_the_committed_shards_it_names(tmp_path):
+    cols = columns(500)
+    with Table.write(tmp_path / "t", cols, shard_rows=100) as table:
+        names = table.shards
+    with Table(tmp_path / "t", shards=[names[3], names[1]]) as part:
+        assert part.shards == [names[1], names[3]] and part.rows == 200
+        rows = np.r_[100:200, 300:400]
+        assert np.array_equal(part["label"][:], cols["label"][rows])
+        assert part["text"][:] == [cols["text"][r] for r in rows]
+    with pytest.raises(ValueError, match="not committed shards"):
+        Table(tmp_path / "t", shards=["nope-0"])
+    with pytest.raises(ValueError, match="not sharded"):
+        Table(Table.write(tmp_path / "u", cols).path, shards=names[:1])
+    with Table(tmp_path / "t") as table, pytest.raises(ValueError, match="sharded table"):
+        table.delete([0])
+
+
+def test_a_sharded_table_manifest_is_checked(tmp_path):
+    Table.write(tmp_path / "t", columns(20), shard_rows=8).close()
+    file = tmp_path / "t" / "table.json"
+    good = json.loads(file.read_text())
+    for change, message in [({"version": 1}, "only it"), ({"sharded": False}, "only it"),
+                            ({"shard_rows": 0}, "shard_rows"), ({"version": 3}, "version 3"),
+                            ({"length": 19}, "not a shard boundary")]:
+        file.write_text(json.dumps({**good, **change}))
+        with pytest.raises(ValueError, match=message):
+            Table(tmp_path / "t")
+
+
+def test_a_sharded_ragged_dataset_completes_a_write_cut_off_between_its_collections(tmp_path):
+    rng = np.random.default_rng(3)
+    items = [rng.integers(0, 9, size=(i % 5 + 1, 2)).astype(np.int16) for i in range(90)]
+    path = tmp_path / "r"
+    ds = RaggedDataset.write(path, items[:40], "zstd", shard_records=16)
+    assert ds.sharded and len(Collection(path).shards) == 3
+    assert all(np.array_equal(a, b) for a, b in zip(ds[:], items[:40]))
+    ds.close()
+    # A write whose shapes were not published yet: its samples are not read.
+    from loaderx.sharding import aligned_writer, new_prefix
+    prefix = new_prefix()
+    values = aligned_writer(path, "zstd", prefix, None)
+    shapes = aligned_writer(path / "shapes.zr", "raw", prefix, None)
+    from loaderx.ragged import append_ragged
+    append_ragged(values, shapes, items[40:60], np.dtype(np.int16), 2, 1 << 20)
+    values.sync(), shapes.sync()
+    Collection.publish(path, values.shards)
+    with RaggedDataset(path) as ds:
+        assert len(ds) == 40
+    ds = RaggedDataset.write(path, items[60:])
+    assert len(ds) == 90
+    assert all(np.array_equal(a, b) for a, b in zip(ds[:], items))
+    with RaggedDataset(path, shards=Collection(path).shards[-1:]) as last:
+        assert all(np.array_equal(a, b) for a, b in zip(last[:], items[60:]))
+    ds.close()
