@@ -9,6 +9,9 @@
 #                                # this mode also installs tensorflow-cpu into bench/.venv)
 #   bash bench/run.sh transforms # only the transform benchmark (bench/transform_bench.py:
 #                                # map/transform on threads, in processes, and under Grain)
+#   bash bench/run.sh ray        # only the Ray Data benchmark (bench/ray_bench.py: loaderx.ray
+#                                # against Ray's Parquet on a local two-node cluster; this
+#                                # mode also installs ray[data] into bench/.venv)
 #
 # A full run and --quick end with the conversion benchmark (bench/convert.sh:
 # docs/benchmarks-convert.{md,png}, or bench/out/ for --quick) and the
@@ -37,6 +40,7 @@ fi
 TRAINING=
 IMAGES=
 TRANSFORMS=
+RAY=
 if [ "${1:-}" = training ]; then
     shift
     TRAINING=1
@@ -46,6 +50,9 @@ elif [ "${1:-}" = images ]; then
 elif [ "${1:-}" = transforms ]; then
     shift
     TRANSFORMS=1
+elif [ "${1:-}" = ray ]; then
+    shift
+    RAY=1
 fi
 ROOT=$PWD
 VENV="$ROOT/bench/.venv"
@@ -67,11 +74,13 @@ declare -A MODULE=(
     [numpy]=numpy [matplotlib]=matplotlib [maturin]=maturin
     [lmdb]=lmdb [h5py]=h5py [pyarrow]=pyarrow
     [array-record]=array_record.python.array_record_module [grain]=grain
-    [Pillow]=PIL [simplejpeg]=simplejpeg [tensorflow-cpu]=tensorflow
+    [Pillow]=PIL [simplejpeg]=simplejpeg [tensorflow-cpu]=tensorflow ["ray[data]"]=ray.data
 )
 PACKAGES=(numpy matplotlib maturin lmdb h5py pyarrow array-record grain Pillow simplejpeg)
 # tf.data is a peer of the image benchmark only, and a large download.
 if [ -n "$IMAGES" ]; then PACKAGES+=(tensorflow-cpu); fi
+# Ray is a peer of the Ray benchmark only.
+if [ -n "$RAY" ]; then PACKAGES+=("ray[data]"); fi
 INSTALL_JSON="$OUT/install.json"
 status=()
 for pkg in "${PACKAGES[@]}"; do
@@ -140,6 +149,10 @@ fi
 if [ -n "$TRANSFORMS" ]; then
     bash scripts/fashion-mnist.sh
     exec "$VPY" bench/transform_bench.py "$@"
+fi
+if [ -n "$RAY" ]; then
+    bash scripts/fashion-mnist.sh
+    exec "$VPY" bench/ray_bench.py "$@"
 fi
 "$VPY" bench/harness.py "$@"
 

@@ -196,6 +196,7 @@ class CollectionWriter:
         shard_bytes: int | None = None,
         checksums: bool | None = None,
         prefix: str | None = None,
+        durable: bool = True,
     ) -> None: ...
     def append(
         self, src: _Src, n: int, item_len: int, codec: str | None = None, *,

@@ -63,6 +63,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--checksums", action=argparse.BooleanOptionalAction, default=None,
                    help="keep per-record checksums (the default)")
     c.add_argument("--workers", type=int, default=None, help="image reading threads")
+    c.add_argument("--shard-rows", type=int, default=None, metavar="N",
+                   help="write a sharded table, shards of at most N rows")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.set_defaults(run=run_convert)
 
@@ -106,7 +108,7 @@ def run_convert(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with convert(args.src, args.dst, source=args.source, codec=args.codec, level=args.level,
                  image_size=args.image_size, max_side=args.max_side, quality=args.quality,
-                 checksums=args.checksums, workers=args.workers,
+                 checksums=args.checksums, workers=args.workers, shard_rows=args.shard_rows,
                  progress=False if args.quiet else None) as table:
         if not args.quiet:
             print(f"{args.dst}: {table.rows} rows, streams "
@@ -124,10 +126,32 @@ def streams_of(path: Path) -> tuple[Any, dict[str, Any]]:
     return opened, {path.name: opened}
 
 
+def store_paths(ds: Any) -> list[Path]:
+    """Every store of the dataset `ds`: its one or two (ragged), or each
+    shard of its collections."""
+    paths = []
+    for records in ds._stores():
+        shards = getattr(records, "shards", None)  # a Collection
+        paths += ([Path(records.path) / name for name in shards] if shards is not None
+                  else [Path(records.path)])
+    return paths
+
+
+def each_store(ds: Any, run: Any) -> list[Any]:
+    """`run(store)` on every store of `ds`, each opened read-only."""
+    from ._native import Zrecord
+
+    results = []
+    for path in store_paths(ds):
+        with Zrecord(path, create=False, read_only=True) as store:
+            results.append(run(store))
+    return results
+
+
 def describe(name: str, ds: Any) -> dict[str, Any]:
     """One stream's line of ``info``."""
     stores = ds._stores()
-    stats = [s.stats() for s in stores]
+    stats = each_store(ds, lambda s: s.stats())
     n = len(ds)
     logical = int(stores[0].lengths(np.arange(len(stores[0]), dtype=np.uint64)).sum())
     d: dict[str, Any] = {"stream": name, "kind": type(ds).__name__, "rows": n}
@@ -145,7 +169,7 @@ def describe(name: str, ds: Any) -> dict[str, Any]:
         "disk_bytes": sum(s["chunk_bytes"] for s in stats),
         "reclaimable_bytes": sum(s["reclaimable"] for s in stats),
         "ratio": round(stored / logical, 3) if logical else None,
-        "checksums": all((Path(s.path) / "checksums.zr").is_file() for s in stores),
+        "checksums": all((p / "checksums.zr").is_file() for p in store_paths(ds)),
     })
     return d
 
@@ -183,13 +207,12 @@ def run_verify(args: argparse.Namespace) -> int:
     bad = 0
     with opened:
         for name, ds in streams.items():
-            for store in ds._stores():
-                report = store.verify()
+            for path, report in zip(store_paths(ds), each_store(ds, lambda s: s.verify())):
                 bad += len(report["bad"])
                 note = "" if report["checksummed"] else ", no checksums (decoded only)"
                 if report["unchecked"]:
                     note += f", {report['unchecked']} written by a program without checksums"
-                print(f"{name} ({store.path}): {report['records']} records, "
+                print(f"{name} ({path}): {report['records']} records, "
                       f"{len(report['bad'])} bad{note}")
                 for b in report["bad"]:
                     print(f"  record {b['index']} (chunk {b['chunk']}, offset {b['offset']}): "
@@ -201,7 +224,7 @@ def run_compact(args: argparse.Namespace) -> int:
     from ._native import Zrecord
 
     opened, streams = streams_of(args.path)
-    paths = [Path(store.path) for ds in streams.values() for store in ds._stores()]
+    paths = [path for ds in streams.values() for path in store_paths(ds)]
     opened.close()
     for path in paths:
         with Zrecord(path, create=False) as store:

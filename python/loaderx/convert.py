@@ -44,6 +44,7 @@ def convert(
     workers: int | None = None,
     progress: bool | None = None,
     group_bytes: int = GROUP_BYTES,
+    shard_rows: int | None = None,
 ) -> Table:
     """Converts `src` into the table at `dst` and returns it, open.
 
@@ -58,7 +59,10 @@ def convert(
     (the default) makes each group's rows reach stable storage before the
     table commits them, as ``Dataset.write`` does; `workers`
     threads read and decode images (default: the CPU count); `progress`
-    shows a bar (None: when stderr is a terminal). When `dst` holds a
+    shows a bar (None: when stderr is a terminal). With `shard_rows` the
+    table is sharded (``Table.write(..., shard_rows=)``): each group of
+    about `group_bytes` of source rows goes to shards of its own, of at most
+    `shard_rows` rows. When `dst` holds a
     table converted from the same source with the same options, the
     conversion continues after its committed rows.
 
@@ -74,7 +78,8 @@ def convert(
     workers = workers or os.cpu_count() or 1
     reader = open_source(src, source, image_size=image_size, max_side=max_side,
                          quality=quality, workers=workers)
-    described = {**reader.describe(), "codec": codec, "level": level}
+    described = {**reader.describe(), "codec": codec, "level": level,
+                 **({"shard_rows": shard_rows} if shard_rows is not None else {})}
     start = 0
     if (dst / MANIFEST).is_file():
         before = read_manifest(dst)
@@ -93,7 +98,7 @@ def convert(
         for group in read_ahead(groups) if reader.overlap else groups:
             Table.write(dst, group, kinds=reader.kinds, codec=codec, level=level,
                         classes=reader.classes, source=described, checksums=checksums,
-                        durable=durable).close()
+                        durable=durable, shard_rows=shard_rows).close()
             first = next(iter(group.values()))
             bar.update(len(first), sum(group_nbytes(col) for col in group.values()))
     finally:

@@ -35,6 +35,10 @@ from .table_shards import ShardWriter
 
 #: Rows a read task gathers into one block.
 BLOCK_ROWS = 8192
+#: About how many bytes a read task reads at least, by default: a task opens
+#: the table and costs Ray a scheduling round trip, so hundreds of small ones
+#: (Ray asks for 200 by default) would cost more than their reads.
+TASK_BYTES = 16 << 20
 
 
 def write(
@@ -47,6 +51,7 @@ def write(
     kinds: Mapping[str, str] | None = None,
     classes: Mapping[str, list[str]] | None = None,
     checksums: bool | None = None,
+    durable: bool = True,
     ray_remote_args: dict[str, Any] | None = None,
     concurrency: int | None = None,
 ) -> Table:
@@ -57,12 +62,15 @@ def write(
     Each write task makes its own shards (a new one every `shard_rows`
     rows; by default the table's, or 2**24 for a new table), on its node;
     they are published together once all tasks have finished, so readers see
-    all of the dataset's rows or none. `codec`, `level`, `kinds`,
-    `classes` and `checksums` as for :meth:`loaderx.Table.write`;
+    all of the dataset's rows or none. With `durable` (the default) the
+    shards reach stable storage before they are published; without, a
+    crash of any process still loses nothing published, a power loss may.
+    `codec`, `level`, `kinds`, `classes` and `checksums` as for
+    :meth:`loaderx.Table.write`;
     `ray_remote_args` and `concurrency` go to Ray's ``write_datasink``.
     """
     sink = TableDatasink(path, codec=codec, level=level, shard_rows=shard_rows, kinds=kinds,
-                         classes=classes, checksums=checksums)
+                         classes=classes, checksums=checksums, durable=durable)
     dataset.write_datasink(sink, ray_remote_args=ray_remote_args or {},
                            concurrency=concurrency)
     return Table(path, checksums=checksums)
@@ -89,8 +97,9 @@ class TableDatasink(Datasink):
                  level: int | None = None, shard_rows: int | None = None,
                  kinds: Mapping[str, str] | None = None,
                  classes: Mapping[str, list[str]] | None = None,
-                 checksums: bool | None = None) -> None:
+                 checksums: bool | None = None, durable: bool = True) -> None:
         self.path = Path(path).absolute()
+        self.durable = durable
         self.codec = codec
         self.level = level
         self.shard_rows = shard_rows
@@ -130,7 +139,7 @@ class TableDatasink(Datasink):
         check_streams(self.path, manifest, cols)
         return ShardWriter(self.path, manifest["streams"],
                            self.shard_rows or manifest["shard_rows"], checksums=self.checksums,
-                           level=self.level)
+                           level=self.level, durable=self.durable)
 
     def on_write_complete(self, write_result: Any) -> None:
         """Publishes every task's shards, in the order of the tasks."""
@@ -150,11 +159,13 @@ def columns_of(block: Any) -> dict[str, Any]:
 
 
 class TableDatasource(Datasource):
-    """Ray's side of :func:`read`: read tasks over ranges of whole shards."""
+    """Ray's side of :func:`read`: read tasks over ranges of whole shards,
+    as many as Ray asks for but each of about `task_bytes` at least."""
 
     def __init__(self, path: str | os.PathLike[str], *,
-                 columns: Sequence[str] | None = None) -> None:
+                 columns: Sequence[str] | None = None, task_bytes: int = TASK_BYTES) -> None:
         self.path = Path(path).absolute()
+        self.task_bytes = max(1, task_bytes)
         with open_path(self.path, read_only=True) as opened:
             streams = dict(opened) if isinstance(opened, Table) else {"data": opened}
             self.columns = list(streams) if columns is None else [str(c) for c in columns]
@@ -176,7 +187,8 @@ class TableDatasource(Datasource):
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
                        data_context: Any = None) -> list[ReadTask]:
         tasks = []
-        for lo, hi in ranges(self.bounds, max(1, parallelism)):
+        wanted = -(-self.rows * self.row_bytes // self.task_bytes)
+        for lo, hi in ranges(self.bounds, max(1, min(parallelism, wanted))):
             meta = BlockMetadata(num_rows=hi - lo, size_bytes=(hi - lo) * self.row_bytes,
                                  input_files=None, exec_stats=None)
             path, cols = str(self.path), self.columns

@@ -40,13 +40,14 @@ def new_prefix() -> str:
 
 
 def aligned_writer(path: Path, codec: str, prefix: str, checksums: bool | None,
-                   shard_records: int | None = None) -> CollectionWriter:
+                   shard_records: int | None = None, durable: bool = True) -> CollectionWriter:
     """A writer of shards named after `prefix` that end only every
     `shard_records` records or when told (``end_shard``), never at a byte
     limit: writers of aligned collections (a ragged dataset's two, a
-    table's streams) given the same appends make the same shards."""
+    table's streams) given the same appends make the same shards. Not
+    `durable`, it syncs nothing."""
     return CollectionWriter(path, codec, shard_records=shard_records, shard_bytes=2**64 - 1,
-                            checksums=checksums, prefix=prefix)
+                            checksums=checksums, prefix=prefix, durable=durable)
 
 
 def publish_aligned(paths: Sequence[Path], shards: Sequence[str]) -> None:

@@ -206,7 +206,8 @@ class Table(Mapping[str, StreamDataset]):
         `shard_rows` rows. A write to a sharded table makes new shards of
         its own (at most `shard_rows` rows each, the table's own by default)
         and publishes them at the end, all at once; many writers may write
-        to it at the same time. Its writes are always durable.
+        to it at the same time. With `durable`, its shards reach stable
+        storage before they are published.
 
         A column's kind is ``kinds[name]`` if given, else ``'fixed'`` for a
         NumPy array, ``'bytes'`` for a sequence of str or bytes, and
@@ -244,7 +245,7 @@ class Table(Mapping[str, StreamDataset]):
                 return cls(path, checksums=checksums)
         check_streams(path, manifest, columns)
         writer = ShardWriter(path, manifest["streams"], shard_rows or manifest["shard_rows"],
-                             checksums=checksums, level=level, timeout=timeout)
+                             checksums=checksums, level=level, timeout=timeout, durable=durable)
         writer.write(columns)
         publish_shards(path, writer.sync())
         return cls(path, checksums=checksums)

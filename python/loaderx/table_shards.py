@@ -45,12 +45,12 @@ def collections(path: Path, streams: Mapping[str, str]) -> list[Path]:
 class ShardWriter:
     """Writes rows into new shards of every stream of the sharded table at
     `path`, named after one prefix, a new shard every `shard_rows` rows; it
-    publishes nothing. `sync()` makes them durable and names them for
-    :func:`publish`."""
+    publishes nothing. `sync()` makes them durable (unless not `durable`)
+    and names them for :func:`publish`."""
 
     def __init__(self, path: Path, streams: Mapping[str, str], shard_rows: int, *,
                  checksums: bool | None = None, level: int | None = None,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, durable: bool = True) -> None:
         if shard_rows < 1:
             raise ValueError(f"shard_rows must be at least 1, not {shard_rows}")
         self.path = path
@@ -63,10 +63,11 @@ class ShardWriter:
         for name, kind in streams.items():
             with KINDS[kind](path / name, read_only=True) as ds:
                 writers: tuple[Any, ...] = (
-                    aligned_writer(path / name, ds.codec, self.prefix, checksums),)
+                    aligned_writer(path / name, ds.codec, self.prefix, checksums,
+                                   durable=durable),)
                 if kind == "ragged":
                     writers += (aligned_writer(path / name / SHAPES, "raw", self.prefix,
-                                               checksums),)
+                                               checksums, durable=durable),)
                 layout = ds.kind if kind == "bytes" else (ds.dtype, getattr(ds, "shape", None),
                                                           getattr(ds, "ndim", None))
             self._streams[name] = (kind, layout, writers)
@@ -120,7 +121,8 @@ class ShardWriter:
                           **self._options)
 
     def sync(self) -> list[str]:
-        """Makes every shard durable; returns their names, in order."""
+        """Makes every shard durable (unless not `durable`); returns their
+        names, in order."""
         names: list[str] = []
         for _, _, writers in self._streams.values():
             for w in writers:

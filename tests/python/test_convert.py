@@ -449,3 +449,19 @@ def test_zstd_dict_makes_fashion_mnist_smaller_than_flate(tmp_path):
             np.testing.assert_array_equal(t["image"][:], images)
     assert (tmp_path / "dict" / "image" / "zstd.dict").is_file()
     assert stored["dict"] < stored["flate"], stored
+
+
+def test_a_conversion_writes_a_sharded_table_that_info_and_verify_read(tmp_path):
+    images = idx_array(FASHION / "t10k-images-idx3-ubyte.gz")
+    labels = idx_array(FASHION / "t10k-labels-idx1-ubyte.gz")
+    cli("convert", FASHION / "t10k-images-idx3-ubyte.gz", tmp_path / "fm", "--codec", "zstd",
+        "--shard-rows", "3000")
+    with loaderx.open(tmp_path / "fm") as t:
+        assert len(t.shards) == 4 and t["image"].sharded
+        np.testing.assert_array_equal(t["image"][:], images)
+        np.testing.assert_array_equal(t["label"][:], labels.astype(np.int64))
+        assert t.source["shard_rows"] == 3000
+    info = json.loads(cli("info", tmp_path / "fm", "--json").stdout)
+    assert info["rows"] == 10000
+    assert info["streams"][0]["logical_bytes"] == images.nbytes
+    assert "0 bad" in cli("verify", tmp_path / "fm").stdout

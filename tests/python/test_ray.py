@@ -128,14 +128,23 @@ def test_write_from_both_nodes_and_read_back(cluster, tmp_path):
     for g, r in zip(got, items):
         assert np.array_equal(g["image"], r["image"]) and g["label"] == r["label"]
         assert g["text"] == r["text"] and np.array_equal(g["tokens"], r["tokens"])
-    # Several read tasks over ranges of shards, one column only.
-    labels = lxray.read(tmp_path / "t", columns=["label"], override_num_blocks=5)
+    # Read tasks over ranges of whole shards (as many as asked for once
+    # tasks may be small), one column only.
+    source = lxray.TableDatasource(tmp_path / "t", columns=["label"], task_bytes=1)
+    bounds = [0, *np.cumsum([len(Collection(tmp_path / "t" / "label", shards=[s]))
+                             for s in Collection.published(tmp_path / "t" / "label")])]
+    tasks = source.get_read_tasks(5)
+    ends = np.cumsum([t.metadata.num_rows for t in tasks])
+    assert len(tasks) == 5 and ends[-1] == 3000 and set(ends) <= set(bounds)
+    assert len(lxray.TableDatasource(tmp_path / "t").get_read_tasks(5)) == 1  # 300 kB
+    labels = ray.data.read_datasource(source, override_num_blocks=5)
     assert labels.schema().names == ["label"]
     assert [r["label"] for r in labels.take_all()] == list(range(3000))
 
-    # A second write appends its own shards.
+    # A second write appends its own shards (not synced: the same bytes).
     more = rows(500, start=3000)
-    table = lxray.write(ray.data.from_items(more, override_num_blocks=3), tmp_path / "t")
+    table = lxray.write(ray.data.from_items(more, override_num_blocks=3), tmp_path / "t",
+                        durable=False)
     assert_table_holds(table, items + more)
     table.close()
 

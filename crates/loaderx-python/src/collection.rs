@@ -189,7 +189,9 @@ impl Collection {
 /// whole into the current shard when it fits there, else into new ones.
 /// With `prefix`, its shards are named `{prefix}-0`, `{prefix}-1`, ... (hex),
 /// so that writers given the same prefix, limits and appends (a table's
-/// streams) make shards of the same names and lengths.
+/// streams) make shards of the same names and lengths. With `durable=False`
+/// nothing is synced: a crash of the process loses nothing published, a
+/// power loss may.
 #[pyclass(module = "loaderx._native", name = "CollectionWriter", frozen)]
 pub struct CollectionWriter {
     inner: Mutex<InnerWriter>,
@@ -233,7 +235,8 @@ impl CollectionWriter {
 impl CollectionWriter {
     #[new]
     #[pyo3(signature = (path, codec = "flate", *, shard_records = None, shard_bytes = None,
-                        checksums = None, prefix = None))]
+                        checksums = None, prefix = None, durable = true))]
+    #[allow(clippy::too_many_arguments)] // Python keywords, one per option.
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -242,6 +245,7 @@ impl CollectionWriter {
         shard_bytes: Option<&Bound<'_, PyAny>>,
         checksums: Option<bool>,
         prefix: Option<&str>,
+        durable: bool,
     ) -> PyResult<Self> {
         let codec = codec_arg(codec)?;
         let mut limits = ShardLimits::default();
@@ -262,7 +266,10 @@ impl CollectionWriter {
         };
         let inner = py
             .detach(|| {
-                let writer = InnerWriter::new(&path, &options, limits)?;
+                let mut writer = InnerWriter::new(&path, &options, limits)?;
+                if !durable {
+                    writer = writer.without_sync();
+                }
                 match prefix {
                     Some(prefix) => writer.with_prefix(prefix),
                     None => Ok(writer),

@@ -391,6 +391,8 @@ pub struct CollectionWriter {
     /// With a prefix, shard `n` of this writer is `{prefix}-{n:x}`: writers
     /// of aligned collections (a table's streams) name theirs alike.
     prefix: Option<String>,
+    /// Whether shards are synced before they are published.
+    durable: bool,
 }
 
 static SHARD_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -424,7 +426,17 @@ impl CollectionWriter {
             current: None,
             made: Vec::new(),
             prefix: None,
+            durable: true,
         })
+    }
+
+    /// A writer that never syncs: its shards are published (or handed on)
+    /// without reaching stable storage first. A crash of the process loses
+    /// nothing it published, since the page cache keeps it; a power loss
+    /// may leave published shards without some of their bytes.
+    pub fn without_sync(mut self) -> CollectionWriter {
+        self.durable = false;
+        self
     }
 
     /// Names this writer's shards `{prefix}-0`, `{prefix}-1`, ... (hex)
@@ -535,7 +547,9 @@ impl CollectionWriter {
     /// writers of aligned collections end their shards at the same rows.
     pub fn end_shard(&mut self) -> Result<()> {
         if let Some((_, store, _)) = self.current.take() {
-            store.sync()?;
+            if self.durable {
+                store.sync()?;
+            }
         }
         Ok(())
     }
@@ -557,6 +571,9 @@ impl CollectionWriter {
     /// Makes every shard of this writer durable, without publishing them:
     /// another process may publish them later ([`Collection::publish`]).
     pub fn sync(&mut self) -> Result<()> {
+        if !self.durable {
+            return Ok(());
+        }
         // Finished shards were synced when they were finished.
         if let Some((_, store, _)) = &self.current {
             store.sync()?;
