@@ -214,6 +214,14 @@ fn fixed_gathers_across_shards_match_the_model() {
         .flat_map(|&i| model[i as usize].clone())
         .collect();
     assert_eq!(dst, want);
+    // Padded slots, and lengths, in the read's order whatever the shards'.
+    let mut padded = vec![7u8; idxs.len() * 80];
+    c.gather(&idxs, &mut padded, 80).unwrap();
+    for (k, &i) in idxs.iter().enumerate() {
+        assert_eq!(&padded[k * 80..k * 80 + 64], &model[i as usize][..]);
+        assert!(padded[k * 80 + 64..(k + 1) * 80].iter().all(|&b| b == 0));
+    }
+    assert_eq!(c.lengths(&idxs).unwrap(), vec![64; idxs.len()]);
     // Two records of different shards written over each other are refused.
     let mut dst = vec![0u8; 128];
     let err = c.gather_ragged(&[0, 39], &mut dst, &[0, 10]).unwrap_err();

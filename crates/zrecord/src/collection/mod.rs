@@ -39,9 +39,28 @@ struct Shard {
 /// using it keeps it until it ends).
 const MAX_OPEN_SHARDS: usize = 256;
 
-/// The indices of a read that one shard holds: the shard, the indices
-/// within it, and their positions in the read (increasing).
-type ShardPart = (usize, Vec<u64>, Vec<usize>);
+/// A read's indices grouped by the shard that holds each, in three flat
+/// lists (a batch touches many shards; a list per shard would cost an
+/// allocation per shard per batch). Group `g` is shard `shards[g]`
+/// (increasing), its indices within the shard are
+/// `locals[bounds[g]..bounds[g + 1]]`, and their positions in the read are
+/// the same range of `positions` (increasing within a group).
+struct Split {
+    shards: Vec<usize>,
+    bounds: Vec<usize>,
+    locals: Vec<u64>,
+    positions: Vec<usize>,
+}
+
+impl Split {
+    /// Each group: its shard and the range of `locals` and `positions`.
+    fn groups(&self) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
+        self.shards
+            .iter()
+            .zip(self.bounds.windows(2))
+            .map(|(&s, b)| (s, b[0]..b[1]))
+    }
+}
 
 /// The published shards of a collection as of its opening, read as one
 /// sequence of records: global index `g` is record `g - starts[s]` of the
@@ -237,27 +256,43 @@ impl Collection {
         Ok((s, index - self.starts[s]))
     }
 
-    /// `idxs` split by shard, in the order shards first appear.
-    fn split(&self, idxs: &[u64]) -> Result<Vec<ShardPart>> {
-        let mut groups: Vec<ShardPart> = Vec::new();
-        let mut group_of = std::collections::HashMap::new();
+    /// `idxs` grouped by shard. Sorting (shard, position) keys costs less
+    /// than a map from shard to group, and nothing when a read goes in
+    /// order; the keys keep positions increasing within a shard.
+    fn split(&self, idxs: &[u64]) -> Result<Split> {
+        let mut keys = Vec::with_capacity(idxs.len());
         for (k, &index) in idxs.iter().enumerate() {
-            let (s, local) = self.locate(index)?;
-            let g = *group_of.entry(s).or_insert_with(|| {
-                groups.push((s, Vec::new(), Vec::new()));
-                groups.len() - 1
-            });
-            groups[g].1.push(local);
-            groups[g].2.push(k);
+            let (s, _) = self.locate(index)?;
+            keys.push((s, k));
         }
-        Ok(groups)
+        keys.sort_unstable();
+        let mut split = Split {
+            shards: Vec::new(),
+            bounds: vec![0],
+            locals: Vec::with_capacity(idxs.len()),
+            positions: Vec::with_capacity(idxs.len()),
+        };
+        for (n, (s, k)) in keys.into_iter().enumerate() {
+            if split.shards.last() != Some(&s) {
+                if n > 0 {
+                    split.bounds.push(n);
+                }
+                split.shards.push(s);
+            }
+            split.locals.push(idxs[k] - self.starts[s]);
+            split.positions.push(k);
+        }
+        split.bounds.push(idxs.len());
+        Ok(split)
     }
 
     /// The logical length of each record of `idxs`.
     pub fn lengths(&self, idxs: &[u64]) -> Result<Vec<u32>> {
         let mut lens = vec![0u32; idxs.len()];
-        for (s, local, positions) in self.split(idxs)? {
-            for (len, k) in self.shard(s)?.lengths(&local)?.into_iter().zip(positions) {
+        let split = self.split(idxs)?;
+        for (s, range) in split.groups() {
+            let shard_lens = self.shard(s)?.lengths(&split.locals[range.clone()])?;
+            for (len, &k) in shard_lens.into_iter().zip(&split.positions[range]) {
                 lens[k] = len;
             }
         }
@@ -326,20 +361,19 @@ impl Collection {
         at: impl Fn(usize) -> u64,
         exact: Option<u64>,
     ) -> Result<()> {
-        let groups = self.split(idxs)?;
-        let offsets: Vec<Vec<u64>> = groups
+        let split = self.split(idxs)?;
+        let offsets: Vec<u64> = split.positions.iter().map(|&k| at(k)).collect();
+        let stores = split
+            .shards
             .iter()
-            .map(|(_, _, positions)| positions.iter().map(|&k| at(k)).collect())
-            .collect();
-        let stores = groups
-            .iter()
-            .map(|(s, _, _)| self.shard(*s))
+            .map(|&s| self.shard(s))
             .collect::<Result<Vec<_>>>()?;
-        let parts: Vec<Part<'_>> = groups
-            .iter()
-            .zip(&offsets)
+        let parts: Vec<Part<'_>> = split
+            .groups()
             .zip(&stores)
-            .map(|(((_, local, _), offsets), store)| Part::new(store, local, offsets))
+            .map(|((_, range), store)| {
+                Part::new(store, &split.locals[range.clone()], &offsets[range])
+            })
             .collect();
         gather_parts(&self.dir, &parts, dst, exact)
     }
