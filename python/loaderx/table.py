@@ -42,7 +42,8 @@ from .dataset import Dataset
 from .indexing import positions
 from .ragged import SHAPES, RaggedDataset
 from .schema_file import SCHEMA, read_json, sync_dir
-from .table_shards import KINDS, ShardWriter, committed, publish
+from .table_shards import (KINDS, ShardWriter, committed, finish_delete, plan_delete,
+                           publish)
 from .writer_lock import writer_lock
 
 FORMAT = "loaderx-table"
@@ -256,14 +257,20 @@ class Table(Mapping[str, StreamDataset]):
         :meth:`loaderx.Dataset.delete` does. Needs every store to itself,
         waiting up to `timeout` seconds for other handles to close; this
         table's own handles are closed and reopened around the delete.
-        A sharded table takes no deletes yet (ValueError)."""
-        if self.shards is not None:
-            raise ValueError(f"{self.path}: deleting rows of a sharded table is not supported")
+        In a sharded table each shard deletes its own rows (its last rows
+        fill its holes), in every stream alike; a handle of part of the
+        table's shards (``shards=``) takes no deletes (ValueError)."""
+        if self._view is not None:
+            raise ValueError(f"{self.path}: this handle reads part of the table's shards; "
+                             "delete rows through a handle of the whole table")
         targets = np.unique(positions(rows, self.rows).reshape(-1)).tolist()
         self.close()
         with table_lock(self.path):
             manifest = repair(self.path, read_manifest(self.path), timeout)
-            manifest["delete"] = {"from": manifest["length"], "rows": targets}
+            if manifest.get("sharded"):
+                manifest["delete"] = plan_delete(self.path, manifest, targets)
+            else:
+                manifest["delete"] = {"from": manifest["length"], "rows": targets}
             write_manifest(self.path, manifest)
             repair(self.path, manifest, timeout)
         self.__init__(self.path, checksums=self._checksums, read_only=self._read_only,
@@ -344,8 +351,13 @@ def read_manifest(path: Path) -> dict[str, Any]:
         isinstance(m["delete"], dict)
         and isinstance(m["delete"].get("from"), int)
         and isinstance(m["delete"].get("rows"), list)
+        and (not m.get("sharded") or (
+            isinstance(m["delete"].get("shards"), dict)
+            and all(isinstance(d, dict) and isinstance(d.get("from"), int)
+                    and isinstance(d.get("rows"), list) for d in m["delete"]["shards"].values())))
     ):
-        bad = "field 'delete' must be null or {'from': int, 'rows': [int, ...]}"
+        bad = ("field 'delete' must be null or {'from': int, 'rows': [int, ...]}, in a sharded "
+               "table with 'shards': {name: {'from': int, 'rows': [int, ...]}}")
     if bad:
         raise ValueError(f"{file} is malformed: {bad}")
     m.setdefault("delete", None)
@@ -414,6 +426,14 @@ def repair(path: Path, manifest: dict[str, Any], timeout: float) -> dict[str, An
     """Brings every store back to the committed length (the records an
     interrupted append left past it go) and finishes a recorded delete;
     returns the manifest, committed. Callers hold the table lock."""
+    if manifest.get("sharded"):
+        # Shards are published whole, so there is nothing past the length to
+        # take back: only a delete to finish.
+        if manifest["delete"] is None:
+            return manifest
+        manifest = finish_delete(path, manifest, timeout)
+        write_manifest(path, manifest)
+        return manifest
     length = manifest["length"]
     pending = manifest["delete"]
     for name, kind in manifest["streams"].items():

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._native import Collection
+from ._native import Collection, Zrecord
 from .bytes_dataset import BytesDataset, append_items
 from .dataset import Dataset, append_samples
 from .dataset_base import WRITE_CHUNK_BYTES
@@ -163,3 +163,46 @@ def committed(path: Path, manifest: Mapping[str, Any]) -> list[str]:
                 "damaged"
             )
     return names
+
+
+def plan_delete(path: Path, manifest: Mapping[str, Any], rows: Sequence[int]) -> dict[str, Any]:
+    """The journal of a delete of the table's `rows` (sorted, unique): for
+    each committed shard holding some, its rows before and the rows to go,
+    counted within it. Every stream deletes the same rows of a shard, so the
+    shards stay aligned; the index stays dense, rebuilt from the shards'
+    lengths."""
+    names = committed(path, manifest)
+    with Collection(collections(path, manifest["streams"])[-1], read_only=True) as last:
+        starts = np.asarray(last.starts[: len(names) + 1], dtype=np.int64)
+    targets = np.asarray(rows, dtype=np.int64)
+    shard_of = np.searchsorted(starts, targets, side="right") - 1
+    return {
+        "from": manifest["length"],
+        "rows": [int(r) for r in targets],
+        "shards": {
+            names[s]: {"from": int(starts[s + 1] - starts[s]),
+                       "rows": (targets[shard_of == s] - starts[s]).tolist()}
+            for s in np.unique(shard_of).tolist()
+        },
+    }
+
+
+def finish_delete(path: Path, manifest: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+    """Carries out the recorded delete in every store of every shard it
+    names (a store that already holds its rows less was done before an
+    interruption) and returns the manifest to commit. Callers hold the
+    table's lock."""
+    pending = manifest["delete"]
+    for collection in collections(path, manifest["streams"]):
+        for name, shard in pending["shards"].items():
+            with Zrecord(collection / name, create=False) as store:
+                n = len(store)
+                if n == shard["from"] - len(shard["rows"]):
+                    continue
+                if n != shard["from"]:
+                    raise ValueError(
+                        f"{collection / name} holds {n} records; the delete recorded in "
+                        f"{path} expects {shard['from']}. The table is damaged"
+                    )
+                store.delete(np.array(shard["rows"], dtype=np.uint64), timeout=timeout)
+    return {**manifest, "length": pending["from"] - len(pending["rows"]), "delete": None}
