@@ -21,8 +21,9 @@ every writer starts from the same blocks in Ray's object store:
 
 Each round, in turn, for each data set: loaderx.ray.write into a new table
 (pixels: zstd, zstd with durable=False, which syncs nothing, as Parquet's
-writer does not, and raw; photos: raw, and raw with durable=False, since
-JPEG does not compress), and `write_parquet` (Ray's default compression,
+writer does not, and raw; photos: raw, raw with durable=False, and zstd
+with durable=False, which takes the files' few compressible bytes, as
+Parquet's snappy and zstd do), and `write_parquet` (Ray's default compression,
 snappy, then zstd, then none) into a new folder; then each output is read
 back whole, `loaderx.ray.read` or `ray.data.read_parquet`, its blocks
 iterated as NumPy batches on the driver (`iter_batches(batch_size=None)`;
@@ -140,7 +141,7 @@ def main() -> None:
                 BlockAccessor.batch_to_block({k: v[s] for k, v in cols.items()})
                 for s in np.array_split(np.arange(rows), 8)]).materialize()
             ours = ([("zstd", True), ("zstd", False), ("raw", True)] if set_name == "pixels"
-                    else [("raw", True), ("raw", False)])
+                    else [("raw", True), ("raw", False), ("zstd", False)])
             writers = {
                 f"ours, {c}" + ("" if durable else ", durable=False"):
                     (lambda out, c=c, durable=durable:
