@@ -5,15 +5,19 @@
 //! [RECORDS_PER_SHARD] [RECORD_BYTES] [DIR]` (defaults 10000, 64, 784, a
 //! temporary folder). Writes the collection (one writer, shards of
 //! RECORDS_PER_SHARD records, published once) and the single store, then
-//! prints the median of 5 opens and, up to 256 shards, of 5 rounds of
-//! shuffled batches of 256, gathered with `gather_exact` as a loader does
-//! (each round reads every record once).
+//! prints the median of 5 opens and, up to 256 shards, the medians of 15
+//! rounds of shuffled batches of 256, gathered with `gather_exact` as a
+//! loader does (each round reads every record once from the store, then
+//! from the collection), and the median of the rounds' ratios.
 
 use std::time::Instant;
 
 use zrecord::{
     AppendOptions, Codec, Collection, CollectionWriter, ShardLimits, Store, StoreOptions,
 };
+
+/// Rounds of the gather comparison, each a pass over every record by each.
+const ROUNDS: usize = 15;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -84,23 +88,31 @@ fn main() {
     let collection = Collection::open(&path).unwrap();
     let batch = 256;
     let mut dst = vec![0u8; batch * record];
-    let mut rate = |gather: &dyn Fn(&[u64], &mut [u8])| {
-        let rounds: Vec<f64> = (0..5)
-            .map(|_| {
-                let t = Instant::now();
-                for idxs in order.chunks(batch) {
-                    gather(idxs, &mut dst[..idxs.len() * record]);
-                }
-                n as f64 / t.elapsed().as_secs_f64()
-            })
-            .collect();
-        median(rounds)
+    // One pass over every record, in records per second.
+    let mut pass = |gather: &dyn Fn(&[u64], &mut [u8])| {
+        let t = Instant::now();
+        for idxs in order.chunks(batch) {
+            gather(idxs, &mut dst[..idxs.len() * record]);
+        }
+        n as f64 / t.elapsed().as_secs_f64()
     };
-    let one = rate(&|idxs, dst| single.gather_exact(idxs, dst, record).unwrap());
-    let many = rate(&|idxs, dst| collection.gather_exact(idxs, dst, record).unwrap());
-    println!("gather, one store:  {one:>12.0} records/s");
+    let one = |idxs: &[u64], dst: &mut [u8]| single.gather_exact(idxs, dst, record).unwrap();
+    let many = |idxs: &[u64], dst: &mut [u8]| collection.gather_exact(idxs, dst, record).unwrap();
+    pass(&one);
+    pass(&many);
+    // Rounds alternate between the two, so that a slow spell of the
+    // machine falls on both; the ratio is the median of the rounds' ratios.
+    let (mut ones, mut manys, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let (a, b) = (pass(&one), pass(&many));
+        ones.push(a);
+        manys.push(b);
+        ratios.push(b / a);
+    }
+    println!("gather, one store:  {:>12.0} records/s", median(ones));
     println!(
-        "gather, {shards} shards: {many:>12.0} records/s ({:.2}x)",
-        many / one
+        "gather, {shards} shards: {:>12.0} records/s ({:.2}x)",
+        median(manys),
+        median(ratios)
     );
 }

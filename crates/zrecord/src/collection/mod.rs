@@ -34,6 +34,12 @@ struct Shard {
     store: Mutex<Option<Arc<Store>>>,
 }
 
+thread_local! {
+    /// Per shard, a count used by [`Collection::split`], all zero between
+    /// calls: as long as the most shards of a collection this thread read.
+    static SHARD_COUNTS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Most shard stores a collection keeps open (each holds a few files and
 /// mappings); past it, the one opened longest ago is let go (a read still
 /// using it keeps it until it ends).
@@ -41,8 +47,7 @@ const MAX_OPEN_SHARDS: usize = 256;
 
 /// A read's indices grouped by the shard that holds each, in three flat
 /// lists (a batch touches many shards; a list per shard would cost an
-/// allocation per shard per batch). Group `g` is shard `shards[g]`
-/// (increasing), its indices within the shard are
+/// allocation per shard per batch). Group `g` is shard `shards[g]`, its indices within the shard are
 /// `locals[bounds[g]..bounds[g + 1]]`, and their positions in the read are
 /// the same range of `positions` (increasing within a group).
 struct Split {
@@ -246,44 +251,72 @@ impl Collection {
     /// The shard holding global index `index`, and the index within it.
     pub fn locate(&self, index: u64) -> Result<(usize, u64)> {
         if index >= self.len() {
-            return Err(Error::IndexOutOfRange {
-                path: self.dir.clone(),
-                index,
-                len: u32::try_from(self.len()).unwrap_or(u32::MAX),
-            });
+            return Err(self.out_of_range(index));
         }
         let s = self.starts.partition_point(|&start| start <= index) - 1;
         Ok((s, index - self.starts[s]))
     }
 
-    /// `idxs` grouped by shard. Sorting (shard, position) keys costs less
-    /// than a map from shard to group, and nothing when a read goes in
-    /// order; the keys keep positions increasing within a shard.
+    fn out_of_range(&self, index: u64) -> Error {
+        Error::IndexOutOfRange {
+            path: self.dir.clone(),
+            index,
+            len: u32::try_from(self.len()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// `idxs` grouped by shard, the shards in the order they first appear:
+    /// a counting sort, with a count per shard kept in a scratch list of
+    /// the calling thread (a batch's indices are split in a few nanoseconds
+    /// each, where sorting them cost more than gathering small records).
     fn split(&self, idxs: &[u64]) -> Result<Split> {
-        let mut keys = Vec::with_capacity(idxs.len());
-        for (k, &index) in idxs.iter().enumerate() {
-            let (s, _) = self.locate(index)?;
-            keys.push((s, k));
+        if let Some(&bad) = idxs.iter().find(|&&i| i >= self.len()) {
+            return Err(self.out_of_range(bad));
         }
-        keys.sort_unstable();
-        let mut split = Split {
-            shards: Vec::new(),
-            bounds: vec![0],
-            locals: Vec::with_capacity(idxs.len()),
-            positions: Vec::with_capacity(idxs.len()),
-        };
-        for (n, (s, k)) in keys.into_iter().enumerate() {
-            if split.shards.last() != Some(&s) {
-                if n > 0 {
-                    split.bounds.push(n);
-                }
-                split.shards.push(s);
+        SHARD_COUNTS.with_borrow_mut(|counts| {
+            if counts.len() < self.shards.len() {
+                counts.resize(self.shards.len(), 0);
             }
-            split.locals.push(idxs[k] - self.starts[s]);
-            split.positions.push(k);
-        }
-        split.bounds.push(idxs.len());
-        Ok(split)
+            // Each index's shard, the shards in order of appearance and how
+            // many indices each holds.
+            let mut shards = Vec::new();
+            let of: Vec<usize> = idxs
+                .iter()
+                .map(|&index| {
+                    let s = self.starts.partition_point(|&start| start <= index) - 1;
+                    if counts[s] == 0 {
+                        shards.push(s);
+                    }
+                    counts[s] += 1;
+                    s
+                })
+                .collect();
+            // Group bounds; each shard's count becomes where its next index goes.
+            let mut bounds = Vec::with_capacity(shards.len() + 1);
+            bounds.push(0);
+            for &s in &shards {
+                let start = bounds[bounds.len() - 1];
+                bounds.push(start + counts[s]);
+                counts[s] = start;
+            }
+            let mut locals = vec![0u64; idxs.len()];
+            let mut positions = vec![0usize; idxs.len()];
+            for (k, (&index, &s)) in idxs.iter().zip(&of).enumerate() {
+                let slot = counts[s];
+                locals[slot] = index - self.starts[s];
+                positions[slot] = k;
+                counts[s] += 1;
+            }
+            for &s in &shards {
+                counts[s] = 0;
+            }
+            Ok(Split {
+                shards,
+                bounds,
+                locals,
+                positions,
+            })
+        })
     }
 
     /// The logical length of each record of `idxs`.
