@@ -199,11 +199,18 @@ impl ChunkFile {
     }
 }
 
+/// Chunk slots come in groups of this many, each allocated on first use: a
+/// store uses few of its [`MAX_CHUNKS`] chunks, and a slot for every one
+/// took 330 KiB per open store (a collection keeps many open).
+const SLOT_GROUP: usize = 64;
+const _: () = assert!(MAX_CHUNKS % SLOT_GROUP == 0);
+
 /// The chunk files of one store, opened lazily and kept open.
 pub(crate) struct ChunkFiles {
     dir: PathBuf,
     hook: Hook,
-    slots: Box<[OnceLock<ChunkFile>]>,
+    /// Chunk `id`'s slot is `slots[id / SLOT_GROUP][id % SLOT_GROUP]`.
+    slots: Box<[OnceLock<Box<[OnceLock<ChunkFile>]>>]>,
     opening: Mutex<()>,
     /// Open every chunk for reading only (a read-only store).
     read_only: bool,
@@ -215,7 +222,9 @@ impl ChunkFiles {
             dir: dir.to_path_buf(),
             read_only,
             hook,
-            slots: (0..MAX_CHUNKS).map(|_| OnceLock::new()).collect(),
+            slots: (0..MAX_CHUNKS / SLOT_GROUP)
+                .map(|_| OnceLock::new())
+                .collect(),
             opening: Mutex::new(()),
         }
     }
@@ -234,8 +243,16 @@ impl ChunkFiles {
         self.get_or_open(id, true)
     }
 
+    /// Chunk `id`'s slot, its group allocated now if need be; `None` past
+    /// the limit.
+    fn slot(&self, id: u16) -> Option<&OnceLock<ChunkFile>> {
+        let group = self.slots.get(id as usize / SLOT_GROUP)?;
+        let group = group.get_or_init(|| (0..SLOT_GROUP).map(|_| OnceLock::new()).collect());
+        Some(&group[id as usize % SLOT_GROUP])
+    }
+
     fn get_or_open(&self, id: u16, create: bool) -> Result<&ChunkFile> {
-        let Some(slot) = self.slots.get(id as usize) else {
+        let Some(slot) = self.slot(id) else {
             // Only a damaged table entry names a chunk past the limit.
             return Err(io_error(self.path_of(id))(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
@@ -280,19 +297,24 @@ impl ChunkFiles {
 
     /// Chunk `id` if it is open, without opening it.
     pub fn get_opened(&self, id: u16) -> Option<&ChunkFile> {
-        self.slots.get(id as usize)?.get()
+        self.slots.get(id as usize / SLOT_GROUP)?.get()?[id as usize % SLOT_GROUP].get()
     }
 
     /// Every chunk opened so far.
     pub fn opened(&self) -> impl Iterator<Item = &ChunkFile> {
-        self.slots.iter().filter_map(OnceLock::get)
+        self.slots
+            .iter()
+            .filter_map(OnceLock::get)
+            .flat_map(|group| group.iter().filter_map(OnceLock::get))
     }
 
     /// Closes chunk `id` and deletes its file (if any).
     pub fn remove(&mut self, id: u16) -> Result<()> {
         let path = self.path_of(id);
         announce(&self.hook, &path, IoEvent::ChunkRemove { chunk: id })?;
-        self.slots[id as usize].take();
+        if let Some(group) = self.slots[id as usize / SLOT_GROUP].get_mut() {
+            group[id as usize % SLOT_GROUP].take();
+        }
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error(path)(e)),
             _ => Ok(()),
