@@ -205,12 +205,15 @@ impl ChunkFile {
 const SLOT_GROUP: usize = 64;
 const _: () = assert!(MAX_CHUNKS % SLOT_GROUP == 0);
 
+/// The slots of [`SLOT_GROUP`] consecutive chunks.
+type SlotGroup = Box<[OnceLock<ChunkFile>]>;
+
 /// The chunk files of one store, opened lazily and kept open.
 pub(crate) struct ChunkFiles {
     dir: PathBuf,
     hook: Hook,
     /// Chunk `id`'s slot is `slots[id / SLOT_GROUP][id % SLOT_GROUP]`.
-    slots: Box<[OnceLock<Box<[OnceLock<ChunkFile>]>>]>,
+    slots: Box<[OnceLock<SlotGroup>]>,
     opening: Mutex<()>,
     /// Open every chunk for reading only (a read-only store).
     read_only: bool,
