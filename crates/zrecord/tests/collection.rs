@@ -437,3 +437,48 @@ fn writers_killed_at_random_moments_leave_a_prefix_of_each() {
         }
     }
 }
+
+/// A batch over many shards is checked on several threads (the crew takes
+/// part once a batch spans enough stores); the error is still the one a
+/// check in batch order meets first, and the destination is untouched.
+#[test]
+fn a_bad_shard_among_many_fails_the_batch_first_in_order_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let mut rng = Rng(5);
+    let model: Vec<Vec<u8>> = (0..40).map(|_| noise(&mut rng, 32)).collect();
+    let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
+    let mut w = writer(&path, limits(2, 1 << 20));
+    w.append(&refs, &opts(Codec::Raw)).unwrap();
+    w.publish().unwrap();
+    let c = Collection::open(&path).unwrap();
+    let names: Vec<String> = c.shard_names().map(str::to_owned).collect();
+    assert_eq!(names.len(), 20);
+    // A batch touching every shard, shard 15 before shard 12.
+    let mut idxs: Vec<u64> = vec![30, 24];
+    idxs.extend((0..40).filter(|i| ![30, 24].contains(i)));
+    let mut dst = vec![0u8; idxs.len() * 32];
+    c.gather_exact(&idxs, &mut dst, 32).unwrap();
+    let want: Vec<u8> = idxs
+        .iter()
+        .flat_map(|&i| model[i as usize].clone())
+        .collect();
+    assert_eq!(dst, want);
+    // Both shards' chunk files lose their records' bytes.
+    for s in [12, 15] {
+        let chunk = path.join(&names[s]).join(zrecord::chunk_file_name(0));
+        fs::OpenOptions::new()
+            .write(true)
+            .open(chunk)
+            .unwrap()
+            .set_len(16)
+            .unwrap();
+    }
+    let mut dst = vec![7u8; idxs.len() * 32];
+    let err = c.gather_exact(&idxs, &mut dst, 32).unwrap_err();
+    match &err {
+        Error::CorruptRecord { path: at, .. } => assert!(at.ends_with(&names[15]), "{err}"),
+        other => panic!("{other}"),
+    }
+    assert!(dst.iter().all(|&b| b == 7), "a refused batch wrote bytes");
+}

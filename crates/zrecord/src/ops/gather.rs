@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::exec::shard_crew::{participants, run_shards, MAX_SHARDS};
@@ -142,10 +142,8 @@ pub(crate) fn gather_parts(
     let mut checked = Vec::with_capacity(parts.len());
     let mut total = 0u64;
     let mut ordered = true;
-    for part in parts {
-        let (locs, work, in_order) =
-            part.store
-                .check_part(part.idxs, part.offsets, dst.len() as u64, exact)?;
+    for result in check_parts(parts, dst.len() as u64, exact) {
+        let (locs, work, in_order) = result?;
         total += work;
         ordered &= in_order;
         checked.push((locs, work));
@@ -196,6 +194,44 @@ pub(crate) fn gather_parts(
         .map(|(part, (locs, work))| (part.store, locs.as_slice(), *work))
         .collect();
     run_parts(&stores, items, total, &block)
+}
+
+/// A part's entries, its work, and whether its destinations increase
+/// ([`Store::check_part`]).
+type CheckedPart = (Vec<RecordLoc>, u64, bool);
+
+/// Batches spanning at least this many stores check them on the shard crew:
+/// each check costs a microsecond or so (two `fstat`s and the entries), and
+/// a batch over a collection's shards has dozens.
+const PARALLEL_CHECK_PARTS: usize = 8;
+
+/// [`Store::check_part`] of every part, in order; spread over the caller and
+/// the shard crew when there are many (the crew is idle until the copying
+/// starts). Every part is checked either way, so the first error in part
+/// order is the one a sequential check would meet first.
+fn check_parts(parts: &[Part<'_>], dst_len: u64, exact: Option<u64>) -> Vec<Result<CheckedPart>> {
+    let check = |part: &Part<'_>| {
+        part.store
+            .check_part(part.idxs, part.offsets, dst_len, exact)
+    };
+    if parts.len() < PARALLEL_CHECK_PARTS || participants() == 1 {
+        return parts.iter().map(check).collect();
+    }
+    let per = parts
+        .len()
+        .div_ceil(SHARDS_PER_PARTICIPANT * participants());
+    let results: Vec<OnceLock<_>> = parts.iter().map(|_| OnceLock::new()).collect();
+    run_shards(parts.len().div_ceil(per), &|shard| {
+        for p in shard * per..((shard + 1) * per).min(parts.len()) {
+            let _ = results[p].set(check(&parts[p]));
+        }
+    });
+    results
+        .into_iter()
+        .zip(parts)
+        // Every part ran (run_shards returns once all shards are done).
+        .map(|(result, part)| result.into_inner().unwrap_or_else(|| check(part)))
+        .collect()
 }
 
 /// Fails when two non-empty destination ranges (`(start, end, index)`)
@@ -372,7 +408,7 @@ impl Store {
         offsets: &[u64],
         dst_len: u64,
         exact: Option<u64>,
-    ) -> Result<(Vec<RecordLoc>, u64, bool)> {
+    ) -> Result<CheckedPart> {
         if idxs.len() != offsets.len() {
             return Err(self.invalid(format!(
                 "{} indices but {} offsets",
