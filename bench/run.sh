@@ -12,6 +12,9 @@
 #   bash bench/run.sh ray        # only the Ray Data benchmark (bench/ray_bench.py: loaderx.ray
 #                                # against Ray's Parquet on a local two-node cluster; this
 #                                # mode also installs ray[data] into bench/.venv)
+#   bash bench/run.sh collections # only the sharded-collection benchmark (bench/collections_bench.py:
+#                                # open time of 10,000 shards, gathers over 16 and 100 shards
+#                                # against one store; needs only cargo and python3)
 #
 # A full run and --quick end with the conversion benchmark (bench/convert.sh:
 # docs/benchmarks-convert.{md,png}, or bench/out/ for --quick) and the
@@ -36,6 +39,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ "${1:-}" = convert ]; then
     shift
     exec bash bench/convert.sh "$@"
+fi
+if [ "${1:-}" = collections ]; then
+    shift
+    exec python3 bench/collections_bench.py "$@"
 fi
 TRAINING=
 IMAGES=
