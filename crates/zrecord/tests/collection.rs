@@ -195,25 +195,42 @@ fn a_byte_limit_rolls_over_and_a_big_record_gets_a_shard_of_its_own() {
     assert_eq!(read_all(&c), model);
 }
 
-#[test]
-fn fixed_gathers_across_shards_match_the_model() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c");
-    let mut rng = Rng(2);
-    let model: Vec<Vec<u8>> = (0..40).map(|_| noise(&mut rng, 64)).collect();
+/// 40 random records of `len` bytes (from `seed`), published at `path` in
+/// shards of `per_shard`, and the collection opened.
+fn published(
+    path: &Path,
+    seed: u64,
+    len: usize,
+    per_shard: u32,
+    codec: Codec,
+) -> (Vec<Vec<u8>>, Collection) {
+    let mut rng = Rng(seed);
+    let model: Vec<Vec<u8>> = (0..40).map(|_| noise(&mut rng, len)).collect();
     let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
-    let mut w = writer(&path, limits(7, 1 << 20));
-    w.append(&refs, &opts(Codec::Lz4)).unwrap();
+    let mut w = writer(path, limits(per_shard, 1 << 20));
+    w.append(&refs, &opts(codec)).unwrap();
     w.publish().unwrap();
-    let c = Collection::open(&path).unwrap();
-    let idxs = [39u64, 0, 13, 14, 6, 7, 13, 21];
-    let mut dst = vec![0u8; idxs.len() * 64];
-    c.gather_exact(&idxs, &mut dst, 64).unwrap();
+    (model, Collection::open(path).unwrap())
+}
+
+/// `gather_exact` of `idxs` returns the model's records, in order.
+fn assert_gathers_exactly(c: &Collection, model: &[Vec<u8>], idxs: &[u64]) {
+    let len = model[0].len();
+    let mut dst = vec![0u8; idxs.len() * len];
+    c.gather_exact(idxs, &mut dst, len).unwrap();
     let want: Vec<u8> = idxs
         .iter()
         .flat_map(|&i| model[i as usize].clone())
         .collect();
     assert_eq!(dst, want);
+}
+
+#[test]
+fn fixed_gathers_across_shards_match_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, c) = published(&dir.path().join("c"), 2, 64, 7, Codec::Lz4);
+    let idxs = [39u64, 0, 13, 14, 6, 7, 13, 21];
+    assert_gathers_exactly(&c, &model, &idxs);
     // Padded slots, and lengths, in the read's order whatever the shards'.
     let mut padded = vec![7u8; idxs.len() * 80];
     c.gather(&idxs, &mut padded, 80).unwrap();
@@ -445,25 +462,13 @@ fn writers_killed_at_random_moments_leave_a_prefix_of_each() {
 fn a_bad_shard_among_many_fails_the_batch_first_in_order_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c");
-    let mut rng = Rng(5);
-    let model: Vec<Vec<u8>> = (0..40).map(|_| noise(&mut rng, 32)).collect();
-    let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
-    let mut w = writer(&path, limits(2, 1 << 20));
-    w.append(&refs, &opts(Codec::Raw)).unwrap();
-    w.publish().unwrap();
-    let c = Collection::open(&path).unwrap();
+    let (model, c) = published(&path, 5, 32, 2, Codec::Raw);
     let names: Vec<String> = c.shard_names().map(str::to_owned).collect();
     assert_eq!(names.len(), 20);
     // A batch touching every shard, shard 15 before shard 12.
     let mut idxs: Vec<u64> = vec![30, 24];
     idxs.extend((0..40).filter(|i| ![30, 24].contains(i)));
-    let mut dst = vec![0u8; idxs.len() * 32];
-    c.gather_exact(&idxs, &mut dst, 32).unwrap();
-    let want: Vec<u8> = idxs
-        .iter()
-        .flat_map(|&i| model[i as usize].clone())
-        .collect();
-    assert_eq!(dst, want);
+    assert_gathers_exactly(&c, &model, &idxs);
     // Both shards' chunk files lose their records' bytes.
     for s in [12, 15] {
         let chunk = path.join(&names[s]).join(zrecord::chunk_file_name(0));
