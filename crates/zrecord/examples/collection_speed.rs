@@ -69,9 +69,9 @@ fn main() {
         .collect();
     println!("open: median {:.3} s over 5 opens", median(opens));
     if shards > 256 {
-        // A collection keeps at most 256 shard stores open (they hold files
-        // and mappings); shuffled batches over more shards than that reopen
-        // stores all the time, which is not what this measures.
+        // A collection keeps at least 256 shard stores open, more where the
+        // open-file limit allows; shuffled batches over more shards than stay
+        // open reopen stores all the time, which is not what this measures.
         println!("gather: not measured over more than 256 shards");
         return;
     }

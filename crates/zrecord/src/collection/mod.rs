@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{io_error, Error, Result};
 use crate::files::meta_file::{validate_header, META_FILE_NAME};
-use crate::files::os::{read_exact_at, sync_dir};
+use crate::files::os::{open_files_limit, read_exact_at, sync_dir};
 use crate::format::header::{Header, HEADER_LEN};
 use crate::format::limits::MAX_RECORDS;
 use crate::ops::append::AppendOptions;
@@ -40,10 +40,34 @@ thread_local! {
     static SHARD_COUNTS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Most shard stores a collection keeps open (each holds a few files and
-/// mappings); past it, the one opened longest ago is let go (a read still
-/// using it keeps it until it ends).
-const MAX_OPEN_SHARDS: usize = 256;
+/// Fewest shard stores a collection keeps open (each holds a few files and
+/// mappings); past its bound ([`open_shard_bound`]), the one opened longest
+/// ago is let go (a read still using it keeps it until it ends). Reopening
+/// costs a few hundred microseconds, so a shuffled read over more shards
+/// than stay open runs at a few thousand records a second.
+const MIN_OPEN_SHARDS: usize = 256;
+
+/// Most shard stores a collection keeps open: each maps about three files,
+/// and Linux allows a process 65,530 mappings by default.
+const MAX_OPEN_SHARDS: usize = 8192;
+
+/// Open files counted per open shard store (`meta.zr`, `checksums.zr`, a
+/// chunk file or two), and open files left to the rest of the program.
+const FILES_PER_SHARD: u64 = 4;
+const FILES_KEPT_FREE: u64 = 1024;
+
+/// How many shard stores a collection keeps open: as many as the process's
+/// open-file limit leaves room for (`ulimit -n`), within the bounds above.
+/// The limit is read, never raised: a library that raised it would hand the
+/// program descriptors past 1024, which `select()` cannot take.
+fn open_shard_bound() -> usize {
+    let room = open_files_limit().map_or(0, |limit| {
+        limit.saturating_sub(FILES_KEPT_FREE) / FILES_PER_SHARD
+    });
+    usize::try_from(room)
+        .unwrap_or(MAX_OPEN_SHARDS)
+        .clamp(MIN_OPEN_SHARDS, MAX_OPEN_SHARDS)
+}
 
 /// A read's indices grouped by the shard that holds each, in three flat
 /// lists (a batch touches many shards; a list per shard would cost an
@@ -80,6 +104,8 @@ pub struct Collection {
     options: StoreOptions,
     /// The shards whose stores are open, oldest first.
     open: Mutex<VecDeque<usize>>,
+    /// How many may be open at once ([`open_shard_bound`]).
+    max_open: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -160,6 +186,7 @@ impl Collection {
                 ..options.clone()
             },
             open: Mutex::new(VecDeque::new()),
+            max_open: open_shard_bound(),
         })
     }
 
@@ -241,8 +268,10 @@ impl Collection {
         }
         let mut open = lock(&self.open);
         open.push_back(s);
-        while open.len() > MAX_OPEN_SHARDS {
-            let oldest = open.pop_front().expect("longer than the bound");
+        while open.len() > self.max_open {
+            let Some(oldest) = open.pop_front() else {
+                break;
+            };
             lock(&self.shards[oldest].store).take();
         }
         Ok(store)
@@ -646,5 +675,51 @@ impl CollectionWriter {
             store.sync()?;
         }
         sync_dir(&self.dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Codec;
+
+    /// Past its bound a collection lets its oldest stores go and reopens
+    /// them when a read needs them again, reading the same records.
+    #[test]
+    fn stores_past_the_bound_are_let_go_and_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c");
+        let limits = ShardLimits {
+            max_records: 1,
+            ..ShardLimits::default()
+        };
+        let mut writer = CollectionWriter::new(&path, &StoreOptions::default(), limits).unwrap();
+        let records: Vec<[u8; 4]> = (0..10u32).map(u32::to_le_bytes).collect();
+        let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
+        let options = AppendOptions {
+            codec: Codec::Raw,
+            ..AppendOptions::default()
+        };
+        writer.append(&refs, &options).unwrap();
+        writer.publish().unwrap();
+        let mut c = Collection::open(&path).unwrap();
+        assert!((MIN_OPEN_SHARDS..=MAX_OPEN_SHARDS).contains(&c.max_open));
+        c.max_open = 3;
+        let held = |c: &Collection| c.shards.iter().filter(|s| lock(&s.store).is_some()).count();
+        for order in [
+            [9u64, 0, 5, 1, 8, 2, 7, 3, 6, 4],
+            [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+        ] {
+            for &i in &order {
+                let mut dst = [0u8; 4];
+                c.gather_exact(&[i], &mut dst, 4).unwrap();
+                assert_eq!(dst, records[i as usize]);
+                assert!(held(&c) <= 3, "{} stores open", held(&c));
+            }
+        }
+        let mut all = vec![0u8; 40];
+        c.gather_exact(&(0..10).collect::<Vec<u64>>(), &mut all, 4)
+            .unwrap();
+        assert_eq!(all, records.concat());
     }
 }

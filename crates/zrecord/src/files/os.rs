@@ -136,3 +136,20 @@ pub(crate) fn create_once(
     sync_dir(dir)?;
     Ok(created)
 }
+
+/// The process's soft limit on open files (`RLIMIT_NOFILE`), where there is
+/// one to read.
+pub(crate) fn open_files_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut limit = std::mem::MaybeUninit::<libc::rlimit>::uninit();
+        // SAFETY: `limit` is valid for writes of an `rlimit`.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, limit.as_mut_ptr()) } == 0 {
+            // SAFETY: getrlimit succeeded, so it filled `limit`.
+            let soft = unsafe { limit.assume_init() }.rlim_cur;
+            #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every unix
+            return Some(soft as u64);
+        }
+    }
+    None
+}
