@@ -16,8 +16,8 @@ use std::collections::VecDeque;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::error::{io_error, Error, Result};
 use crate::files::meta_file::{validate_header, META_FILE_NAME};
@@ -40,14 +40,15 @@ thread_local! {
     static SHARD_COUNTS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Fewest shard stores a collection keeps open (each holds a few files and
-/// mappings); past its bound ([`open_shard_bound`]), the one opened longest
-/// ago is let go (a read still using it keeps it until it ends). Reopening
-/// costs a few hundred microseconds, so a shuffled read over more shards
-/// than stay open runs at a few thousand records a second.
+/// Shard stores a collection may always keep open (each holds a few files
+/// and mappings). Past them, it keeps more only while the process's stores
+/// of all collections stay within [`open_shard_budget`]; otherwise it lets
+/// its own oldest go (a read still using one keeps it until it ends).
+/// Reopening costs a few hundred microseconds, so a shuffled read over more
+/// shards than stay open runs at a few thousand records a second.
 const MIN_OPEN_SHARDS: usize = 256;
 
-/// Most shard stores a collection keeps open: each maps about three files,
+/// Most shard stores the process keeps open: each maps about three files,
 /// and Linux allows a process 65,530 mappings by default.
 const MAX_OPEN_SHARDS: usize = 8192;
 
@@ -56,17 +57,29 @@ const MAX_OPEN_SHARDS: usize = 8192;
 const FILES_PER_SHARD: u64 = 4;
 const FILES_KEPT_FREE: u64 = 1024;
 
-/// How many shard stores a collection keeps open: as many as the process's
-/// open-file limit leaves room for (`ulimit -n`), within the bounds above.
-/// The limit is read, never raised: a library that raised it would hand the
-/// program descriptors past 1024, which `select()` cannot take.
-fn open_shard_bound() -> usize {
-    let room = open_files_limit().map_or(0, |limit| {
-        limit.saturating_sub(FILES_KEPT_FREE) / FILES_PER_SHARD
-    });
-    usize::try_from(room)
-        .unwrap_or(MAX_OPEN_SHARDS)
-        .clamp(MIN_OPEN_SHARDS, MAX_OPEN_SHARDS)
+/// Shard stores held open by all collections of the process.
+static OPEN_SHARD_STORES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many shard stores the process keeps open: as many as its open-file
+/// limit leaves room for (`ulimit -n`), within the bounds above. The limit
+/// is read, never raised: a library that raised it would hand the program
+/// descriptors past 1024, which `select()` cannot take.
+fn open_shard_budget() -> usize {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let room = open_files_limit().map_or(0, |limit| {
+            limit.saturating_sub(FILES_KEPT_FREE) / FILES_PER_SHARD
+        });
+        usize::try_from(room)
+            .unwrap_or(MAX_OPEN_SHARDS)
+            .clamp(MIN_OPEN_SHARDS, MAX_OPEN_SHARDS)
+    })
+}
+
+/// Whether a collection holding `own` open shard stores (at most `max_own`)
+/// lets its oldest go, when the process holds `held` against `budget`.
+fn must_let_go(own: usize, max_own: usize, held: usize, budget: usize) -> bool {
+    own > max_own || (own > MIN_OPEN_SHARDS && held > budget)
 }
 
 /// A read's indices grouped by the shard that holds each, in three flat
@@ -104,8 +117,14 @@ pub struct Collection {
     options: StoreOptions,
     /// The shards whose stores are open, oldest first.
     open: Mutex<VecDeque<usize>>,
-    /// How many may be open at once ([`open_shard_bound`]).
+    /// How many of them may be open at most, whatever the budget.
     max_open: usize,
+}
+
+impl Drop for Collection {
+    fn drop(&mut self) {
+        OPEN_SHARD_STORES.fetch_sub(lock(&self.open).len(), Ordering::Relaxed);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -186,7 +205,7 @@ impl Collection {
                 ..options.clone()
             },
             open: Mutex::new(VecDeque::new()),
-            max_open: open_shard_bound(),
+            max_open: MAX_OPEN_SHARDS,
         })
     }
 
@@ -268,11 +287,13 @@ impl Collection {
         }
         let mut open = lock(&self.open);
         open.push_back(s);
-        while open.len() > self.max_open {
+        let mut held = OPEN_SHARD_STORES.fetch_add(1, Ordering::Relaxed) + 1;
+        while must_let_go(open.len(), self.max_open, held, open_shard_budget()) {
             let Some(oldest) = open.pop_front() else {
                 break;
             };
             lock(&self.shards[oldest].store).take();
+            held = OPEN_SHARD_STORES.fetch_sub(1, Ordering::Relaxed) - 1;
         }
         Ok(store)
     }
@@ -703,7 +724,7 @@ mod tests {
         writer.append(&refs, &options).unwrap();
         writer.publish().unwrap();
         let mut c = Collection::open(&path).unwrap();
-        assert!((MIN_OPEN_SHARDS..=MAX_OPEN_SHARDS).contains(&c.max_open));
+        assert!((MIN_OPEN_SHARDS..=MAX_OPEN_SHARDS).contains(&open_shard_budget()));
         c.max_open = 3;
         let held = |c: &Collection| c.shards.iter().filter(|s| lock(&s.store).is_some()).count();
         for order in [
@@ -721,5 +742,22 @@ mod tests {
         c.gather_exact(&(0..10).collect::<Vec<u64>>(), &mut all, 4)
             .unwrap();
         assert_eq!(all, records.concat());
+    }
+
+    /// Every collection may keep its first stores; past them, the process's
+    /// budget decides, and a collection's own bound always does.
+    #[test]
+    fn the_budget_is_shared_but_every_collection_keeps_its_first_stores() {
+        let (min, max) = (MIN_OPEN_SHARDS, MAX_OPEN_SHARDS);
+        assert!(
+            !must_let_go(min, max, 10 * max, 1000),
+            "its first stores stay"
+        );
+        assert!(
+            must_let_go(min + 1, max, 1001, 1000),
+            "past them, the budget rules"
+        );
+        assert!(!must_let_go(min + 1, max, 1000, 1000));
+        assert!(must_let_go(4, 3, 4, 1000), "its own bound always does");
     }
 }
