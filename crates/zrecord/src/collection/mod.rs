@@ -303,8 +303,13 @@ impl Collection {
         if index >= self.len() {
             return Err(self.out_of_range(index));
         }
-        let s = self.starts.partition_point(|&start| start <= index) - 1;
+        let s = self.shard_of(index);
         Ok((s, index - self.starts[s]))
+    }
+
+    /// The shard holding `index`, which must be below the length.
+    fn shard_of(&self, index: u64) -> usize {
+        self.starts.partition_point(|&start| start <= index) - 1
     }
 
     fn out_of_range(&self, index: u64) -> Error {
@@ -333,7 +338,7 @@ impl Collection {
             let of: Vec<usize> = idxs
                 .iter()
                 .map(|&index| {
-                    let s = self.starts.partition_point(|&start| start <= index) - 1;
+                    let s = self.shard_of(index);
                     if counts[s] == 0 {
                         shards.push(s);
                     }

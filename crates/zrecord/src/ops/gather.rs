@@ -57,11 +57,23 @@ fn sharded(
     work: u64,
     block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
 ) -> Result<()> {
+    in_runs(items, (work / MIN_SHARD_BYTES) as usize, block)
+}
+
+/// Runs `block` over at most `runs` consecutive runs of `items` positions
+/// that together cover them, spread over the caller and the shard crew
+/// (at most [`SHARDS_PER_PARTICIPANT`] runs each). The error is that of the
+/// earliest failing run.
+fn in_runs(
+    items: usize,
+    runs: usize,
+    block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
+) -> Result<()> {
     let participants = participants();
     if participants == 1 {
         return block(0..items);
     }
-    let shards = ((work / MIN_SHARD_BYTES) as usize)
+    let shards = runs
         .min(SHARDS_PER_PARTICIPANT * participants)
         .min(MAX_SHARDS)
         .min(items);
@@ -142,8 +154,7 @@ pub(crate) fn gather_parts(
     let mut checked = Vec::with_capacity(parts.len());
     let mut total = 0u64;
     let mut ordered = true;
-    for result in check_parts(parts, dst.len() as u64, exact) {
-        let (locs, work, in_order) = result?;
+    for (locs, work, in_order) in check_parts(parts, dst.len() as u64, exact)? {
         total += work;
         ordered &= in_order;
         checked.push((locs, work));
@@ -207,31 +218,29 @@ const PARALLEL_CHECK_PARTS: usize = 8;
 
 /// [`Store::check_part`] of every part, in order; spread over the caller and
 /// the shard crew when there are many (the crew is idle until the copying
-/// starts). Every part is checked either way, so the first error in part
-/// order is the one a sequential check would meet first.
-fn check_parts(parts: &[Part<'_>], dst_len: u64, exact: Option<u64>) -> Vec<Result<CheckedPart>> {
-    let check = |part: &Part<'_>| {
-        part.store
-            .check_part(part.idxs, part.offsets, dst_len, exact)
+/// starts). The error is that of the first failing part, as a check in
+/// order would meet it: runs are consecutive and each stops at its first.
+fn check_parts(parts: &[Part<'_>], dst_len: u64, exact: Option<u64>) -> Result<Vec<CheckedPart>> {
+    let checked: Vec<OnceLock<CheckedPart>> = parts.iter().map(|_| OnceLock::new()).collect();
+    let runs = if parts.len() < PARALLEL_CHECK_PARTS {
+        1
+    } else {
+        parts.len()
     };
-    if parts.len() < PARALLEL_CHECK_PARTS || participants() == 1 {
-        return parts.iter().map(check).collect();
-    }
-    let per = parts
-        .len()
-        .div_ceil(SHARDS_PER_PARTICIPANT * participants());
-    let results: Vec<OnceLock<_>> = parts.iter().map(|_| OnceLock::new()).collect();
-    run_shards(parts.len().div_ceil(per), &|shard| {
-        for p in shard * per..((shard + 1) * per).min(parts.len()) {
-            let _ = results[p].set(check(&parts[p]));
+    in_runs(parts.len(), runs, &|range| {
+        for p in range {
+            let part = &parts[p];
+            let result = part
+                .store
+                .check_part(part.idxs, part.offsets, dst_len, exact)?;
+            let _ = checked[p].set(result);
         }
-    });
-    results
+        Ok(())
+    })?;
+    Ok(checked
         .into_iter()
-        .zip(parts)
-        // Every part ran (run_shards returns once all shards are done).
-        .map(|(result, part)| result.into_inner().unwrap_or_else(|| check(part)))
-        .collect()
+        .map(|part| part.into_inner().expect("in_runs ran every part"))
+        .collect())
 }
 
 /// Fails when two non-empty destination ranges (`(start, end, index)`)
