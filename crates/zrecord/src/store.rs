@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use crate::error::{io_error, Error, Result};
 use crate::exec::cold_reads::ColdReads;
 use crate::exec::streaming_copy::RawCopy;
+use crate::files::change_watch::{Changes, FileWatch};
 use crate::files::checksum_file::ChecksumFile;
 use crate::files::chunk_file::ChunkFiles;
 use crate::files::io_hook::IoHook;
@@ -112,6 +113,11 @@ pub struct Store {
     pub(crate) chunk_limit: u64,
     /// Whether gathers ask for their records ahead (the page cache is cold).
     pub(crate) cold: ColdReads,
+    /// Changes to the mapped files since a read last checked their sizes,
+    /// and the watches on `meta.zr` and `checksums.zr` that count them (the
+    /// chunks' are the chunks'): `files/change_watch.rs`.
+    pub(crate) changes: Arc<Changes>,
+    watches: Vec<FileWatch>,
     /// The locks this handle holds on the store; see `files/lock`.
     pub(crate) lock: StoreLock,
     /// Why this handle may not write, when it may not.
@@ -160,6 +166,7 @@ impl Store {
                 &Header::empty(),
             )?);
         }
+        let changes = Changes::new();
         let meta = MetaFile::open(&dir, create, options.read_only, hook.clone())?;
         // Shared locks need no write access (an OFD read lock or a flock on
         // a descriptor opened for reading), so a read-only handle holds the
@@ -196,8 +203,10 @@ impl Store {
                 crate::files::delete_journal::recover(&dir, &meta, checksums.as_ref())?;
             }
         }
+        let mut watches: Vec<FileWatch> = changes.watch(meta.file()).into_iter().collect();
+        watches.extend(checksums.as_ref().and_then(|c| changes.watch(c.file())));
         let mut store = Store {
-            chunks: ChunkFiles::new(&dir, read_only.is_some(), hook.clone()),
+            chunks: ChunkFiles::new(&dir, read_only.is_some(), hook.clone(), changes.clone()),
             verify_reads: options.checksums != Checksums::Off,
             verified: VerifiedRecords::default(),
             dictionary: OnceLock::new(),
@@ -208,6 +217,8 @@ impl Store {
             // The tail offset is a u32, so a record may end at 2^32 - 1 at most.
             chunk_limit: options.chunk_capacity.min(u32::MAX as u64),
             cold: ColdReads::default(),
+            changes,
+            watches,
             lock,
             read_only,
             owner: std::process::id(),
@@ -253,7 +264,9 @@ impl Store {
         match &self.checksums {
             None => {
                 let slots: Vec<Checksum> = fresh.into_iter().map(|(_, slot)| slot).collect();
-                self.checksums = Some(ChecksumFile::create(self.path(), hook, &slots, &header)?);
+                let created = ChecksumFile::create(self.path(), hook, &slots, &header)?;
+                self.watches.extend(self.changes.watch(created.file()));
+                self.checksums = Some(created);
             }
             Some(checksums) => {
                 for (i, slot) in fresh {
@@ -374,13 +387,6 @@ impl Store {
     /// again: a process that takes no lock (loaderx 0.5.0) may rewrite the
     /// table meanwhile, and an entry read twice could then pass the checks
     /// with one length and be decoded with another.
-    pub(crate) fn locate(&self, idxs: &[u64], len: u32) -> Result<Vec<RecordLoc>> {
-        if let Some(&bad) = idxs.iter().find(|&&i| i >= len as u64) {
-            return Err(self.out_of_range(bad, len));
-        }
-        Ok(idxs.iter().map(|&i| self.meta.entry(i as usize)).collect())
-    }
-
     pub(crate) fn out_of_range(&self, index: u64, len: u32) -> Error {
         Error::IndexOutOfRange {
             path: self.dir.clone(),
@@ -398,13 +404,7 @@ impl Store {
 
     /// Logical (decoded) sizes of the records `idxs`.
     pub fn lengths(&self, idxs: &[u64]) -> Result<Vec<u32>> {
-        self.meta.check_size()?;
-        let len = self.meta.length();
-        Ok(self
-            .locate(idxs, len)?
-            .iter()
-            .map(|loc| loc.logic_length)
-            .collect())
+        crate::ops::gather::lengths(&self.sources(idxs))
     }
 
     /// Flushes every chunk file and `meta.zr` to stable storage.

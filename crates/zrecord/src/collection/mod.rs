@@ -11,33 +11,41 @@
 //! all with one new manifest generation.
 
 pub(crate) mod manifest;
+mod shard_index;
 
 use std::collections::VecDeque;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::{io_error, Error, Result};
+use crate::exec::cold_reads::ColdReads;
 use crate::files::meta_file::{validate_header, META_FILE_NAME};
 use crate::files::os::{open_files_limit, read_exact_at, sync_dir};
 use crate::format::header::{Header, HEADER_LEN};
 use crate::format::limits::MAX_RECORDS;
 use crate::ops::append::AppendOptions;
-use crate::ops::gather::{gather_parts, Part};
+use crate::ops::gather::{gather_records, lengths, Sources};
 use crate::store::{Store, StoreOptions};
+use shard_index::ShardIndex;
 
-/// One published shard: its name, and its store while it is open.
-struct Shard {
-    name: String,
-    store: Mutex<Option<Arc<Store>>>,
+/// The shard stores a collection holds open.
+#[derive(Default)]
+struct OpenShards {
+    /// Shard `s`'s store, while it is open.
+    stores: Vec<Option<Arc<Store>>>,
+    /// The shards whose stores are open, oldest first.
+    order: VecDeque<usize>,
 }
 
 thread_local! {
-    /// Per shard, a count used by [`Collection::split`], all zero between
-    /// calls: as long as the most shards of a collection this thread read.
-    static SHARD_COUNTS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Per shard, its place among the shards of the read being resolved
+    /// plus one (zero: not read by it), all zero between calls: as long as
+    /// the most shards of a collection this thread read
+    /// ([`Collection::resolve`]).
+    static SHARD_PLACES: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Shard stores a collection may always keep open (each holds a few files
@@ -82,26 +90,14 @@ fn must_let_go(own: usize, max_own: usize, held: usize, budget: usize) -> bool {
     own > max_own || (own > MIN_OPEN_SHARDS && held > budget)
 }
 
-/// A read's indices grouped by the shard that holds each, in three flat
-/// lists (a batch touches many shards; a list per shard would cost an
-/// allocation per shard per batch). Group `g` is shard `shards[g]`, its indices within the shard are
-/// `locals[bounds[g]..bounds[g + 1]]`, and their positions in the read are
-/// the same range of `positions` (increasing within a group).
-struct Split {
+/// A read's indices resolved to shards: the shards it reads, each once, in
+/// order of first appearance; per index, which of them holds it (`which`)
+/// and its index there (`locals`). Flat lists: a batch touches many
+/// shards, and a list per shard would cost an allocation per shard.
+struct Resolved {
     shards: Vec<usize>,
-    bounds: Vec<usize>,
+    which: Vec<u32>,
     locals: Vec<u64>,
-    positions: Vec<usize>,
-}
-
-impl Split {
-    /// Each group: its shard and the range of `locals` and `positions`.
-    fn groups(&self) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
-        self.shards
-            .iter()
-            .zip(self.bounds.windows(2))
-            .map(|(&s, b)| (s, b[0]..b[1]))
-    }
 }
 
 /// The published shards of a collection as of its opening, read as one
@@ -110,25 +106,25 @@ impl Split {
 pub struct Collection {
     dir: PathBuf,
     generation: u64,
-    shards: Vec<Shard>,
-    /// `starts[s]`: the global index of shard `s`'s first record; the last
-    /// element is the collection's length.
-    starts: Vec<u64>,
+    /// The published shards' names.
+    names: Vec<String>,
+    /// Which shard holds which global indices.
+    index: ShardIndex,
     options: StoreOptions,
-    /// The shards whose stores are open, oldest first.
-    open: Mutex<VecDeque<usize>>,
-    /// How many of them may be open at most, whatever the budget.
+    /// The open shard stores. A gather holds the read lock while it reads
+    /// them: one lock for a batch over any number of shards.
+    open: RwLock<OpenShards>,
+    /// How many may be open at most, whatever the budget.
     max_open: usize,
+    /// Whether gathers ask for their records ahead: batches over the
+    /// shards are judged as wholes, as one store's are.
+    pub(crate) cold: ColdReads,
 }
 
 impl Drop for Collection {
     fn drop(&mut self) {
-        OPEN_SHARD_STORES.fetch_sub(lock(&self.open).len(), Ordering::Relaxed);
+        OPEN_SHARD_STORES.fetch_sub(self.read_open().order.len(), Ordering::Relaxed);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `length` of the store in `dir`, from its header alone.
@@ -182,30 +178,25 @@ impl Collection {
             let only: std::collections::HashSet<&String> = only.iter().collect();
             names.retain(|name| only.contains(name));
         }
-        let mut starts = Vec::with_capacity(names.len() + 1);
-        let mut total = 0u64;
-        for name in &names {
-            starts.push(total);
-            total += u64::from(shard_length(&dir.join(name))?);
-        }
-        starts.push(total);
+        let lengths = names
+            .iter()
+            .map(|name| Ok(u64::from(shard_length(&dir.join(name))?)))
+            .collect::<Result<Vec<u64>>>()?;
         Ok(Collection {
-            shards: names
-                .into_iter()
-                .map(|name| Shard {
-                    name,
-                    store: Mutex::new(None),
-                })
-                .collect(),
+            open: RwLock::new(OpenShards {
+                stores: vec![None; names.len()],
+                order: VecDeque::new(),
+            }),
+            names,
             dir,
             generation,
-            starts,
+            index: ShardIndex::new(lengths),
             options: StoreOptions {
                 create: false,
                 ..options.clone()
             },
-            open: Mutex::new(VecDeque::new()),
             max_open: MAX_OPEN_SHARDS,
+            cold: ColdReads::default(),
         })
     }
 
@@ -250,7 +241,7 @@ impl Collection {
 
     /// Records in all shards, as of the opening.
     pub fn len(&self) -> u64 {
-        self.starts[self.shards.len()]
+        self.index.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -259,40 +250,44 @@ impl Collection {
 
     /// The published shards' names, in global order.
     pub fn shard_names(&self) -> impl Iterator<Item = &str> {
-        self.shards.iter().map(|s| s.name.as_str())
+        self.names.iter().map(String::as_str)
     }
 
     /// The global index of each shard's first record, and the length last.
     pub fn starts(&self) -> &[u64] {
-        &self.starts
+        self.index.starts()
+    }
+
+    fn read_open(&self) -> RwLockReadGuard<'_, OpenShards> {
+        self.open.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_open(&self) -> RwLockWriteGuard<'_, OpenShards> {
+        self.open.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Shard `s`'s store, opened now if it is not open.
     pub fn shard(&self, s: usize) -> Result<Arc<Store>> {
-        let slot = &self.shards[s].store;
-        if let Some(store) = lock(slot).clone() {
+        if let Some(store) = self.read_open().stores[s].clone() {
             return Ok(store);
         }
         let store = Arc::new(Store::open_with(
-            self.dir.join(&self.shards[s].name),
+            self.dir.join(&self.names[s]),
             &self.options,
         )?);
-        {
-            let mut slot = lock(slot);
-            // Another thread opened it meanwhile: use that one.
-            if let Some(opened) = slot.clone() {
-                return Ok(opened);
-            }
-            *slot = Some(store.clone());
+        let mut open = self.write_open();
+        // Another thread opened it meanwhile: use that one.
+        if let Some(opened) = open.stores[s].clone() {
+            return Ok(opened);
         }
-        let mut open = lock(&self.open);
-        open.push_back(s);
+        open.stores[s] = Some(store.clone());
+        open.order.push_back(s);
         let mut held = OPEN_SHARD_STORES.fetch_add(1, Ordering::Relaxed) + 1;
-        while must_let_go(open.len(), self.max_open, held, open_shard_budget()) {
-            let Some(oldest) = open.pop_front() else {
+        while must_let_go(open.order.len(), self.max_open, held, open_shard_budget()) {
+            let Some(oldest) = open.order.pop_front() else {
                 break;
             };
-            lock(&self.shards[oldest].store).take();
+            open.stores[oldest] = None;
             held = OPEN_SHARD_STORES.fetch_sub(1, Ordering::Relaxed) - 1;
         }
         Ok(store)
@@ -304,12 +299,12 @@ impl Collection {
             return Err(self.out_of_range(index));
         }
         let s = self.shard_of(index);
-        Ok((s, index - self.starts[s]))
+        Ok((s, index - self.index.starts()[s]))
     }
 
     /// The shard holding `index`, which must be below the length.
     fn shard_of(&self, index: u64) -> usize {
-        self.starts.partition_point(|&start| start <= index) - 1
+        self.index.shard_of(index)
     }
 
     fn out_of_range(&self, index: u64) -> Error {
@@ -320,71 +315,82 @@ impl Collection {
         }
     }
 
-    /// `idxs` grouped by shard, the shards in the order they first appear:
-    /// a counting sort, with a count per shard kept in a scratch list of
-    /// the calling thread (a batch's indices are split in a few nanoseconds
-    /// each, where sorting them cost more than gathering small records).
-    fn split(&self, idxs: &[u64]) -> Result<Split> {
+    /// Each index's shard and index within it, in one pass with the shards'
+    /// places kept in a scratch list of the calling thread.
+    fn resolve(&self, idxs: &[u64]) -> Result<Resolved> {
         if let Some(&bad) = idxs.iter().find(|&&i| i >= self.len()) {
             return Err(self.out_of_range(bad));
         }
-        SHARD_COUNTS.with_borrow_mut(|counts| {
-            if counts.len() < self.shards.len() {
-                counts.resize(self.shards.len(), 0);
+        SHARD_PLACES.with_borrow_mut(|places| {
+            if places.len() < self.names.len() {
+                places.resize(self.names.len(), 0);
             }
-            // Each index's shard, the shards in order of appearance and how
-            // many indices each holds.
             let mut shards = Vec::new();
-            let of: Vec<usize> = idxs
-                .iter()
-                .map(|&index| {
-                    let s = self.shard_of(index);
-                    if counts[s] == 0 {
-                        shards.push(s);
-                    }
-                    counts[s] += 1;
-                    s
-                })
-                .collect();
-            // Group bounds; each shard's count becomes where its next index goes.
-            let mut bounds = Vec::with_capacity(shards.len() + 1);
-            bounds.push(0);
-            for &s in &shards {
-                let start = bounds[bounds.len() - 1];
-                bounds.push(start + counts[s]);
-                counts[s] = start;
-            }
-            let mut locals = vec![0u64; idxs.len()];
-            let mut positions = vec![0usize; idxs.len()];
-            for (k, (&index, &s)) in idxs.iter().zip(&of).enumerate() {
-                let slot = counts[s];
-                locals[slot] = index - self.starts[s];
-                positions[slot] = k;
-                counts[s] += 1;
+            let mut which = Vec::with_capacity(idxs.len());
+            let mut locals = Vec::with_capacity(idxs.len());
+            let starts = self.index.starts();
+            for &index in idxs {
+                let s = self.index.shard_of(index);
+                if places[s] == 0 {
+                    shards.push(s);
+                    places[s] = shards.len() as u32;
+                }
+                which.push(places[s] - 1);
+                locals.push(index - starts[s]);
             }
             for &s in &shards {
-                counts[s] = 0;
+                places[s] = 0;
             }
-            Ok(Split {
+            Ok(Resolved {
                 shards,
-                bounds,
+                which,
                 locals,
-                positions,
             })
+        })
+    }
+
+    /// Runs `read` on the records `idxs`, every shard they are in open
+    /// until it returns. Usually all are, and the read lock keeps them so;
+    /// otherwise the read holds its own (it may read more shards than the
+    /// collection keeps open).
+    fn read_records<T>(
+        &self,
+        idxs: &[u64],
+        read: impl FnOnce(&Sources<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let resolved = self.resolve(idxs)?;
+        let mut held = Vec::new();
+        let mut open = self.read_open();
+        if resolved.shards.iter().any(|&s| open.stores[s].is_none()) {
+            drop(open);
+            held = resolved
+                .shards
+                .iter()
+                .map(|&s| self.shard(s))
+                .collect::<Result<Vec<_>>>()?;
+            open = self.read_open();
+        }
+        let stores = resolved
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(g, &s)| match held.get(g) {
+                Some(store) => &**store,
+                None => open.stores[s]
+                    .as_deref()
+                    .expect("checked open under this lock"),
+            })
+            .collect();
+        read(&Sources {
+            stores,
+            which: Some(&resolved.which),
+            locals: &resolved.locals,
         })
     }
 
     /// The logical length of each record of `idxs`.
     pub fn lengths(&self, idxs: &[u64]) -> Result<Vec<u32>> {
-        let mut lens = vec![0u32; idxs.len()];
-        let split = self.split(idxs)?;
-        for (s, range) in split.groups() {
-            let shard_lens = self.shard(s)?.lengths(&split.locals[range.clone()])?;
-            for (len, &k) in shard_lens.into_iter().zip(&split.positions[range]) {
-                lens[k] = len;
-            }
-        }
-        Ok(lens)
+        self.read_records(idxs, lengths)
     }
 
     /// Record `k` into `dst[k * stride..]`, the rest of its slot zeroed, as
@@ -407,7 +413,8 @@ impl Collection {
                 return Err(too_small(index, end, dst.len() as u64));
             }
         }
-        self.gather_split(idxs, dst, |k| (k * stride) as u64, None)?;
+        let offsets: Vec<u64> = (0..idxs.len()).map(|k| (k * stride) as u64).collect();
+        self.gather_at(idxs, &offsets, dst, None)?;
         for (k, &len) in lens.iter().enumerate() {
             dst[k * stride + len as usize..(k + 1) * stride].fill(0);
         }
@@ -436,34 +443,25 @@ impl Collection {
                 reason: "a gather needs one increasing slot per index".into(),
             });
         }
-        let at = |k: usize| (slots[k] as u64).saturating_mul(stride as u64);
-        self.gather_split(idxs, dst, at, Some(stride as u64))
+        let offsets: Vec<u64> = slots
+            .iter()
+            .map(|&slot| (slot as u64).saturating_mul(stride as u64))
+            .collect();
+        self.gather_at(idxs, &offsets, dst, Some(stride as u64))
     }
 
-    /// One pass over the records of every shard `idxs` reads, record `k`
-    /// into `dst[at(k)..]` (see [`gather_parts`]).
-    fn gather_split(
+    /// Record `k` into `dst[offsets[k]..]` (see [`gather_records`]): one
+    /// pass over the batch, whichever shard holds each record.
+    fn gather_at(
         &self,
         idxs: &[u64],
+        offsets: &[u64],
         dst: &mut [u8],
-        at: impl Fn(usize) -> u64,
         exact: Option<u64>,
     ) -> Result<()> {
-        let split = self.split(idxs)?;
-        let offsets: Vec<u64> = split.positions.iter().map(|&k| at(k)).collect();
-        let stores = split
-            .shards
-            .iter()
-            .map(|&s| self.shard(s))
-            .collect::<Result<Vec<_>>>()?;
-        let parts: Vec<Part<'_>> = split
-            .groups()
-            .zip(&stores)
-            .map(|((_, range), store)| {
-                Part::new(store, &split.locals[range.clone()], &offsets[range])
-            })
-            .collect();
-        gather_parts(&self.dir, &parts, dst, exact)
+        self.read_records(idxs, |src| {
+            gather_records(&self.dir, src, offsets, dst, exact, &self.cold)
+        })
     }
 
     /// Record `k` into `dst[offsets[k]..]`, its length long; the ranges must
@@ -475,7 +473,7 @@ impl Collection {
                 reason: format!("{} indices but {} offsets", idxs.len(), offsets.len()),
             });
         }
-        self.gather_split(idxs, dst, |k| offsets[k], None)
+        self.gather_at(idxs, offsets, dst, None)
     }
 }
 
@@ -731,7 +729,7 @@ mod tests {
         let mut c = Collection::open(&path).unwrap();
         assert!((MIN_OPEN_SHARDS..=MAX_OPEN_SHARDS).contains(&open_shard_budget()));
         c.max_open = 3;
-        let held = |c: &Collection| c.shards.iter().filter(|s| lock(&s.store).is_some()).count();
+        let held = |c: &Collection| c.read_open().stores.iter().flatten().count();
         for order in [
             [9u64, 0, 5, 1, 8, 2, 7, 3, 6, 4],
             [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],

@@ -166,42 +166,49 @@ mod tests {
         rc != 0 || pages.iter().any(|&p| p & 1 != 0)
     }
 
-    /// A store whose pages were dropped is found cold within a few
-    /// batches, reads ahead from then on, and returns exactly its records.
+    /// Drops the page cache's copies of the files under `dir`.
     #[cfg(target_os = "linux")]
-    #[test]
-    fn a_cold_store_reads_ahead_and_returns_its_records() {
-        use crate::{AppendOptions, Store};
+    fn drop_cached(dir: &std::path::Path) {
         use std::os::unix::io::AsRawFd;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.zr");
-        let (n, len) = (400usize, 16 << 10);
-        // Every record differs from the others, and at every 4 KiB page.
-        let bytes: Vec<u8> = (0..n * len)
-            .map(|b| (b / len) as u8 ^ (b / 4096).wrapping_mul(97) as u8 ^ b as u8)
-            .collect();
-        let store = Store::open(&path).unwrap();
-        let durable = AppendOptions {
-            codec: crate::Codec::Raw,
-            durable: true,
-            ..AppendOptions::default()
-        };
-        store.append_fixed(&bytes, n, len, &durable).unwrap();
-        drop(store);
-        for entry in std::fs::read_dir(&path).unwrap() {
-            let file = std::fs::File::open(entry.unwrap().path()).unwrap();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                drop_cached(&path);
+                continue;
+            }
+            let file = std::fs::File::open(path).unwrap();
             file.sync_all().unwrap();
             // SAFETY: a valid descriptor; dropping cached pages is a hint.
             unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         }
+    }
 
-        let store = Store::open(&path).unwrap();
+    /// `n` records of `len` bytes, each differing from the others, and at
+    /// every 4 KiB page.
+    #[cfg(target_os = "linux")]
+    fn records(n: usize, len: usize) -> Vec<u8> {
+        (0..n * len)
+            .map(|b| (b / len) as u8 ^ (b / 4096).wrapping_mul(97) as u8 ^ b as u8)
+            .collect()
+    }
+
+    /// Reads batches of 64 of `n` records of `len` bytes from `bytes`'s
+    /// copy with dropped pages (`gather`), checking each: the reads are
+    /// found cold within a few batches (`cold` says the reader reads ahead
+    /// by then), unless the pages could not be dropped.
+    #[cfg(target_os = "linux")]
+    fn read_cold(
+        bytes: &[u8],
+        (n, len): (usize, usize),
+        gather: impl Fn(&[u64], &mut [u8]),
+        cold: &ColdReads,
+    ) {
         let mut batch = vec![0u8; 64 * len];
         let before = major_faults().unwrap();
-        let mut cold = false;
+        let mut faulted = false;
         for round in 0..3 * JUDGE_EVERY as u64 {
             let idxs: Vec<u64> = (0..64).map(|k| (k * 37 + round * 11) % n as u64).collect();
-            store.gather(&idxs, &mut batch, len).unwrap();
+            gather(&idxs, &mut batch);
             for (k, &i) in idxs.iter().enumerate() {
                 let want = &bytes[i as usize * len..(i as usize + 1) * len];
                 assert!(
@@ -210,11 +217,65 @@ mod tests {
                 );
             }
             // Where the pages could not be dropped, nothing is cold.
-            cold |= round == 0 && major_faults().unwrap() > before;
-            if round == JUDGE_EVERY as u64 && cold {
-                let left = store.cold.batches_left.load(Ordering::Relaxed);
+            faulted |= round == 0 && major_faults().unwrap() > before;
+            if round == JUDGE_EVERY as u64 && faulted {
+                let left = cold.batches_left.load(Ordering::Relaxed);
                 assert!(left > 0, "a cold batch was judged by now");
             }
         }
+    }
+
+    /// A store whose pages were dropped is found cold within a few
+    /// batches, reads ahead from then on, and returns exactly its records.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_cold_store_reads_ahead_and_returns_its_records() {
+        use crate::{AppendOptions, Store};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.zr");
+        let (n, len) = (400usize, 16 << 10);
+        let bytes = records(n, len);
+        let store = Store::open(&path).unwrap();
+        let durable = AppendOptions {
+            codec: crate::Codec::Raw,
+            durable: true,
+            ..AppendOptions::default()
+        };
+        store.append_fixed(&bytes, n, len, &durable).unwrap();
+        drop(store);
+        drop_cached(&path);
+        let store = Store::open(&path).unwrap();
+        let gather = |idxs: &[u64], dst: &mut [u8]| store.gather(idxs, dst, len).unwrap();
+        read_cold(&bytes, (n, len), gather, &store.cold);
+    }
+
+    /// So is a collection whose batches read a record or two from each of
+    /// many shards: its batches are judged whole, not shard by shard (where
+    /// each shard's part is too small to be judged at all).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_cold_collection_reads_ahead_and_returns_its_records() {
+        use crate::{AppendOptions, Collection, CollectionWriter, ShardLimits, StoreOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c");
+        let (n, len) = (400usize, 16 << 10);
+        let bytes = records(n, len);
+        let limits = ShardLimits {
+            max_records: 10,
+            ..ShardLimits::default()
+        };
+        let mut writer = CollectionWriter::new(&path, &StoreOptions::default(), limits).unwrap();
+        let refs: Vec<&[u8]> = bytes.chunks(len).collect();
+        let options = AppendOptions {
+            codec: crate::Codec::Raw,
+            ..AppendOptions::default()
+        };
+        writer.append(&refs, &options).unwrap();
+        writer.publish().unwrap();
+        drop(writer);
+        drop_cached(&path);
+        let collection = Collection::open(&path).unwrap();
+        let gather = |idxs: &[u64], dst: &mut [u8]| collection.gather(idxs, dst, len).unwrap();
+        read_cold(&bytes, (n, len), gather, &collection.cold);
     }
 }

@@ -11,7 +11,7 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
-use crate::files::os::{create_once, open_existing, read_exact_at};
+use crate::files::os::{check_mapped_size, create_once, open_existing, read_exact_at};
 use crate::format::checksums::{
     checksum_header, checksum_header_is_valid, checksum_slot_offset, covered_bytes, judge,
     Checksum, Verdict, CHECKSUM_COVERED_LEN, CHECKSUM_COVERED_OFFSET, CHECKSUM_FILE_LEN,
@@ -98,6 +98,16 @@ impl ChecksumFile {
     /// Whether the file is open and mapped for writing.
     pub fn writable(&self) -> bool {
         self.writable
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Fails unless the file is still its full size (one `fstat`), as
+    /// [`crate::files::meta_file::MetaFile::check_size`] does for `meta.zr`.
+    pub fn check_size(&self) -> Result<()> {
+        check_mapped_size(&self.file, &self.path, CHECKSUM_FILE_LEN as u64)
     }
 
     /// The `covered` field: the table state the slots describe.

@@ -9,13 +9,14 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[cfg(unix)]
 use memmap2::Advice;
 use memmap2::{Mmap, MmapOptions};
 
 use crate::error::{io_error, Result};
+use crate::files::change_watch::{Changes, FileWatch};
 use crate::files::io_hook::{announce, Hook, IoEvent};
 use crate::files::os::{may_not_write, sync_dir, write_all_at};
 use crate::format::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
@@ -45,8 +46,10 @@ pub(crate) struct ChunkFile {
     path: PathBuf,
     file: File,
     map: Mmap,
-    /// Bytes known to exist in the file; only grows while the store is shared.
+    /// Bytes known to exist in the file: the size last seen by an `fstat`.
     size: AtomicU64,
+    /// Tells the store when the file changes (`files/change_watch.rs`).
+    _watch: Option<FileWatch>,
 }
 
 impl ChunkFile {
@@ -59,6 +62,7 @@ impl ChunkFile {
         create: bool,
         read_only: bool,
         hook: Hook,
+        changes: &Arc<Changes>,
     ) -> Result<ChunkFile> {
         let opened = if read_only {
             File::open(&path)
@@ -75,6 +79,8 @@ impl ChunkFile {
             }
         };
         let file = opened.map_err(io_error(&path))?;
+        // Watched before its size is read: a truncation after it is an event.
+        let watch = changes.watch(&file);
         let size = file.metadata().map_err(io_error(&path))?.len();
         // SAFETY: the mapping is read-only and shared; bytes of committed
         // records are never rewritten while readers may see them (only
@@ -98,6 +104,7 @@ impl ChunkFile {
             file,
             map,
             size: AtomicU64::new(size),
+            _watch: watch,
         })
     }
 
@@ -175,9 +182,17 @@ impl ChunkFile {
         Ok(())
     }
 
-    /// Current length of the file on disk.
-    pub fn file_len(&self) -> Result<u64> {
-        Ok(self.file.metadata().map_err(io_error(&self.path))?.len())
+    /// The file's size when it was last looked at: reads stay below it.
+    pub fn known_size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// Looks at the file's size now (one `fstat`) and keeps it as the known
+    /// size, smaller than before if another program truncated the file.
+    pub fn refresh_size(&self) -> Result<u64> {
+        let size = self.file.metadata().map_err(io_error(&self.path))?.len();
+        self.size.store(size, Ordering::Release);
+        Ok(size)
     }
 
     /// Shrinks the file to `len` bytes. Only `compact` calls this, holding
@@ -217,14 +232,17 @@ pub(crate) struct ChunkFiles {
     opening: Mutex<()>,
     /// Open every chunk for reading only (a read-only store).
     read_only: bool,
+    /// The store's change count, which each chunk's watch raises.
+    changes: Arc<Changes>,
 }
 
 impl ChunkFiles {
-    pub fn new(dir: &Path, read_only: bool, hook: Hook) -> ChunkFiles {
+    pub fn new(dir: &Path, read_only: bool, hook: Hook, changes: Arc<Changes>) -> ChunkFiles {
         ChunkFiles {
             dir: dir.to_path_buf(),
             read_only,
             hook,
+            changes,
             slots: (0..MAX_CHUNKS / SLOT_GROUP)
                 .map(|_| OnceLock::new())
                 .collect(),
@@ -276,6 +294,7 @@ impl ChunkFiles {
                 false,
                 self.read_only,
                 self.hook.clone(),
+                &self.changes,
             )?;
             return Ok(slot.get_or_init(|| chunk));
         }
@@ -288,7 +307,14 @@ impl ChunkFiles {
         if is_new {
             announce(&self.hook, &path, IoEvent::ChunkCreate { chunk: id })?;
         }
-        let chunk = ChunkFile::open(id, path, create, self.read_only, self.hook.clone())?;
+        let chunk = ChunkFile::open(
+            id,
+            path,
+            create,
+            self.read_only,
+            self.hook.clone(),
+            &self.changes,
+        )?;
         if is_new {
             // A new file's directory entry is durable only once the directory
             // is synced; the records it will hold depend on it.

@@ -15,7 +15,7 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
-use crate::files::os::{create_once, open_existing};
+use crate::files::os::{check_mapped_size, create_once, open_existing};
 use crate::format::header::{
     Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET,
     TAIL_OFFSET_OFFSET, VERSION_OFFSET,
@@ -97,17 +97,7 @@ impl MetaFile {
     /// mapping; a truncation after the check is not caught
     /// (docs/reliability.md, "Files changed behind the store").
     pub fn check_size(&self) -> Result<()> {
-        let size = self.file.metadata().map_err(io_error(&self.path))?.len();
-        if size == META_FILE_LEN as u64 {
-            return Ok(());
-        }
-        Err(Error::NotAStore {
-            path: self.path.clone(),
-            reason: format!(
-                "meta.zr is {size} bytes now, the format needs exactly {META_FILE_LEN}: \
-                 truncated while the store was open?"
-            ),
-        })
+        check_mapped_size(&self.file, &self.path, META_FILE_LEN as u64)
     }
 
     /// Whether the file is open and mapped for writing.

@@ -4,6 +4,7 @@
 //! write and sync is announced to the optional I/O hook first, so crash and
 //! fault tests see them all; `os.rs` holds the calls that differ by system.
 
+pub(crate) mod change_watch;
 pub(crate) mod checksum_file;
 pub(crate) mod chunk_file;
 pub(crate) mod delete_journal;

@@ -7,7 +7,7 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::{io_error, Result};
+use crate::error::{io_error, Error, Result};
 
 /// Opens the existing file `path` for reading and, unless `read_only` is
 /// set or the system refuses it ([`may_not_write`]), for writing. The flag
@@ -135,6 +135,23 @@ pub(crate) fn create_once(
     let created = linked?;
     sync_dir(dir)?;
     Ok(created)
+}
+
+/// Fails unless `file`, mapped whole at `path`, is still `len` bytes (one
+/// `fstat`): a store file of fixed length that another program truncated.
+pub(crate) fn check_mapped_size(file: &File, path: &Path, len: u64) -> Result<()> {
+    let size = file.metadata().map_err(io_error(path))?.len();
+    if size == len {
+        return Ok(());
+    }
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    Err(Error::NotAStore {
+        path: path.to_path_buf(),
+        reason: format!(
+            "{name} is {size} bytes now, the format needs exactly {len}: truncated while the \
+             store was open?"
+        ),
+    })
 }
 
 /// The process's soft limit on open files (`RLIMIT_NOFILE`), where there is

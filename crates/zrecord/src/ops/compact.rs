@@ -138,7 +138,7 @@ impl Store {
             self.meta.flush_header()?;
             self.remove_chunks_after(cursor.0)?;
             let tail = self.chunks.get_or_create(cursor.0)?;
-            if tail.file_len()? > cursor.1 {
+            if tail.refresh_size()? > cursor.1 {
                 tail.truncate(cursor.1)?;
             }
         }

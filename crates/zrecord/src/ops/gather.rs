@@ -9,11 +9,13 @@
 
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
+use crate::exec::cold_reads::ColdReads;
 use crate::exec::shard_crew::{participants, run_shards, MAX_SHARDS};
 use crate::exec::streaming_copy::RawCopy;
+use crate::files::change_watch::{poll, Check, Polled};
 use crate::files::checksum_file::ChecksumFile;
 use crate::format::checksums::Verdict;
 use crate::format::codec::{decode, Codec};
@@ -119,127 +121,192 @@ impl SharedDst {
     }
 }
 
-/// One store's records of a batch: their indices, and where each goes in
-/// the destination. A batch of several parts (a collection's shards) is
-/// gathered in one pass over all of its records.
-pub(crate) struct Part<'a> {
-    pub(crate) store: &'a Store,
-    pub(crate) idxs: &'a [u64],
-    pub(crate) offsets: &'a [u64],
+/// Where a batch's records come from: record `k` of the batch is record
+/// `locals[k]` of `stores[which[k]]` (of `stores[0]` when `which` is
+/// `None`). A collection's batch names the shards it reads, each once.
+pub(crate) struct Sources<'a> {
+    pub(crate) stores: Vec<&'a Store>,
+    pub(crate) which: Option<&'a [u32]>,
+    pub(crate) locals: &'a [u64],
 }
 
-impl<'a> Part<'a> {
-    pub(crate) fn new(store: &'a Store, idxs: &'a [u64], offsets: &'a [u64]) -> Part<'a> {
-        Part {
-            store,
-            idxs,
-            offsets,
+impl Sources<'_> {
+    fn store(&self, k: usize) -> &Store {
+        self.stores[self.which(k)]
+    }
+
+    fn which(&self, k: usize) -> usize {
+        self.which.map_or(0, |which| which[k] as usize)
+    }
+
+    /// [`Sources::entries`], then a check that each record ends inside
+    /// its chunk file, made once per chunk with the record that ends last
+    /// in it. Returns the entries, in batch order.
+    fn locate(&self) -> Result<Vec<RecordLoc>> {
+        let (locs, looks) = self.entries()?;
+        // (chunk, end, position) of the record that ends last: per store
+        // in the first chunk it reads, and in `others` for further chunks
+        // (a store bigger than one chunk file).
+        let mut firsts: Vec<Option<(u16, u64, usize)>> = vec![None; self.stores.len()];
+        let mut others: Vec<(usize, (u16, u64, usize))> = Vec::new();
+        // An empty record reads no byte, wherever its offset points.
+        for (k, loc) in locs.iter().enumerate().filter(|(_, l)| l.phys_length > 0) {
+            let (w, end) = (self.which(k), loc.end());
+            let last = match &mut firsts[w] {
+                None => {
+                    firsts[w] = Some((loc.chunk_id, end, k));
+                    continue;
+                }
+                Some(first) if first.0 == loc.chunk_id => first,
+                Some(_) => match others
+                    .iter_mut()
+                    .find(|o| o.0 == w && o.1 .0 == loc.chunk_id)
+                {
+                    Some(other) => &mut other.1,
+                    None => {
+                        others.push((w, (loc.chunk_id, end, k)));
+                        continue;
+                    }
+                },
+            };
+            if end > last.1 {
+                *last = (loc.chunk_id, end, k);
+            }
         }
+        let lasts = firsts.into_iter().enumerate();
+        let lasts = lasts
+            .filter_map(|(w, first)| Some((w, first?)))
+            .chain(others);
+        for (w, (_, _, k)) in lasts {
+            self.stores[w].check_chunk_size(self.locals[k], &locs[k], looks[w])?;
+        }
+        Ok(locs)
+    }
+
+    /// Checks every store's files (once, as of one [`poll`]: see
+    /// [`Store::check_files`]) and reads each record's entry, failing on an
+    /// index past its store's length. Returns the entries, in batch order,
+    /// and whether each store's chunk files must be looked at.
+    fn entries(&self) -> Result<(Vec<RecordLoc>, Vec<bool>)> {
+        let polled = poll();
+        let mut looks = Vec::with_capacity(self.stores.len());
+        let mut lens = Vec::with_capacity(self.stores.len());
+        for store in &self.stores {
+            looks.push(store.check_files(&polled)?);
+            lens.push(store.meta.length());
+        }
+        let mut locs = Vec::with_capacity(self.locals.len());
+        let Some(which) = self.which else {
+            let (store, len) = (self.stores[0], lens[0]);
+            if let Some(&bad) = self.locals.iter().find(|&&i| i >= len as u64) {
+                return Err(store.out_of_range(bad, len));
+            }
+            locs.extend(self.locals.iter().map(|&i| store.meta.entry(i as usize)));
+            return Ok((locs, looks));
+        };
+        let pairs = self.locals.iter().zip(which);
+        if let Some((&bad, &w)) = pairs.clone().find(|&(&i, &w)| i >= lens[w as usize] as u64) {
+            return Err(self.stores[w as usize].out_of_range(bad, lens[w as usize]));
+        }
+        // Checked first, read in a loop of loads alone: the entries' cache
+        // misses overlap.
+        locs.extend(pairs.map(|(&i, &w)| self.stores[w as usize].meta.entry(i as usize)));
+        Ok((locs, looks))
     }
 }
 
-/// Gathers every part's records, record `k` of a part at
-/// `dst[offsets[k]..]`; with `exact`, each must be that many bytes long and
-/// the caller places the records in increasing slots, so their destinations
-/// are disjoint by construction. The whole batch is checked first, so a bad
-/// request writes nothing (two records' destinations overlapping: an error
-/// naming `path`); then its records, whichever store holds each, are shared
-/// out over the caller and the shard crew as one batch.
-pub(crate) fn gather_parts(
+/// Gathers a batch's records (`src`), record `k` at `dst[offsets[k]..]`;
+/// with `exact`, each must be that many bytes long and the caller places
+/// the records in increasing slots, so their destinations are disjoint by
+/// construction. The whole batch is checked first, so a bad request writes
+/// nothing (two records' destinations overlapping: an error naming `path`);
+/// then its records, whichever store holds each, are shared out over the
+/// caller and the shard crew in batch order, as one batch that `cold`
+/// judges (the store's own, or the collection's for a batch over its
+/// shards).
+pub(crate) fn gather_records(
     path: &Path,
-    parts: &[Part<'_>],
+    src: &Sources<'_>,
+    offsets: &[u64],
     dst: &mut [u8],
     exact: Option<u64>,
+    cold: &ColdReads,
 ) -> Result<()> {
-    let mut checked = Vec::with_capacity(parts.len());
+    if src.locals.len() != offsets.len() {
+        return Err(Error::InvalidArgument {
+            path: path.to_path_buf(),
+            reason: format!("{} indices but {} offsets", src.locals.len(), offsets.len()),
+        });
+    }
+    let locs = src.locate()?;
+    let dst_len = dst.len() as u64;
     let mut total = 0u64;
     let mut ordered = true;
-    for (locs, work, in_order) in check_parts(parts, dst.len() as u64, exact)? {
-        total += work;
-        ordered &= in_order;
-        checked.push((locs, work));
+    let mut prev_end = 0u64;
+    for (k, loc) in locs.iter().enumerate() {
+        let logic = loc.logic_length as u64;
+        if exact.is_some_and(|len| len != logic) {
+            return Err(src.store(k).invalid(format!(
+                "record {} is {logic} bytes, not the {} of a sample",
+                src.locals[k],
+                exact.unwrap_or(0)
+            )));
+        }
+        let end = offsets[k].checked_add(logic);
+        if end.is_none_or(|end| end > dst_len) {
+            let needed = end.unwrap_or(u64::MAX);
+            return Err(src.store(k).too_small(src.locals[k], needed, dst_len));
+        }
+        if logic > 0 {
+            ordered &= offsets[k] >= prev_end;
+            prev_end = offsets[k] + logic;
+        }
+        total += work(loc);
     }
-    // One part's destinations are known disjoint when they come in order;
-    // several parts' ranges interleave, unless placed in slots (`exact`).
-    if (parts.len() == 1 && !ordered) || (parts.len() > 1 && exact.is_none()) {
-        let ranges = parts.iter().zip(&checked).flat_map(|(part, (locs, _))| {
-            part.idxs
-                .iter()
-                .zip(locs)
-                .zip(part.offsets)
-                .map(|((&i, loc), &off)| (off, off + loc.logic_length as u64, i))
-        });
+    // Destinations in increasing order, or placed in slots (`exact`), are
+    // disjoint; others must be shown to be.
+    if !ordered && exact.is_none() {
+        let ranges = locs
+            .iter()
+            .zip(offsets)
+            .zip(src.locals)
+            .map(|((loc, &off), &i)| (off, off + loc.logic_length as u64, i));
         check_disjoint(path, ranges.collect())?;
     }
-    // Part `p` holds batch positions `firsts[p]..firsts[p + 1]`.
-    let mut firsts = Vec::with_capacity(parts.len() + 1);
-    firsts.push(0);
-    for (locs, _) in &checked {
-        firsts.push(firsts[firsts.len() - 1] + locs.len());
-    }
-    let items = firsts[parts.len()];
     let raw_copy = RawCopy::for_batch(dst.len());
     let shared = SharedDst {
         ptr: dst.as_mut_ptr(),
     };
     let block = |range: Range<usize>| -> Result<()> {
-        let mut p = firsts.partition_point(|&first| first <= range.start) - 1;
-        for i in range {
-            while i >= firsts[p + 1] {
-                p += 1;
+        for k in range {
+            if let Some(ahead) = locs.get(k + PREFETCH_DISTANCE) {
+                src.store(k + PREFETCH_DISTANCE).prefetch(ahead);
             }
-            let (part, locs, k) = (&parts[p], &checked[p].0, i - firsts[p]);
-            part.store.prefetch_ahead(locs, k);
             let loc = locs[k];
             // SAFETY: the range lies inside `dst` and overlaps no other
             // record's range (both checked above for this very `loc`), and
             // `dst` is borrowed mutably for the whole call.
-            let slot = unsafe { shared.slot(part.offsets[k] as usize, loc.logic_length as usize) };
-            part.store.decode_into(part.idxs[k], loc, slot, raw_copy)?;
+            let slot = unsafe { shared.slot(offsets[k] as usize, loc.logic_length as usize) };
+            src.store(k)
+                .decode_into(src.locals[k], loc, slot, raw_copy)?;
         }
         Ok(())
     };
-    let stores: Vec<(&Store, &[RecordLoc], u64)> = parts
-        .iter()
-        .zip(&checked)
-        .map(|(part, (locs, work))| (part.store, locs.as_slice(), *work))
-        .collect();
-    run_parts(&stores, items, total, &block)
+    let will_need = || {
+        for (k, loc) in locs.iter().enumerate() {
+            src.store(k).will_need(std::slice::from_ref(loc));
+        }
+    };
+    run_batch(cold, locs.len(), total, &will_need, &block)
 }
 
-/// A part's entries, its work, and whether its destinations increase
-/// ([`Store::check_part`]).
-type CheckedPart = (Vec<RecordLoc>, u64, bool);
-
-/// Batches spanning at least this many stores check them on the shard crew:
-/// each check costs a microsecond or so (two `fstat`s and the entries), and
-/// a batch over a collection's shards has dozens.
-const PARALLEL_CHECK_PARTS: usize = 8;
-
-/// [`Store::check_part`] of every part, in order; spread over the caller and
-/// the shard crew when there are many (the crew is idle until the copying
-/// starts). The error is that of the first failing part, as a check in
-/// order would meet it: runs are consecutive and each stops at its first.
-fn check_parts(parts: &[Part<'_>], dst_len: u64, exact: Option<u64>) -> Result<Vec<CheckedPart>> {
-    let checked: Vec<OnceLock<CheckedPart>> = parts.iter().map(|_| OnceLock::new()).collect();
-    let runs = if parts.len() < PARALLEL_CHECK_PARTS {
-        1
-    } else {
-        parts.len()
-    };
-    in_runs(parts.len(), runs, &|range| {
-        for p in range {
-            let part = &parts[p];
-            let result = part
-                .store
-                .check_part(part.idxs, part.offsets, dst_len, exact)?;
-            let _ = checked[p].set(result);
-        }
-        Ok(())
-    })?;
-    Ok(checked
-        .into_iter()
-        .map(|part| part.into_inner().expect("in_runs ran every part"))
+/// The logical length of each record of `src`, from the table alone.
+pub(crate) fn lengths(src: &Sources<'_>) -> Result<Vec<u32>> {
+    Ok(src
+        .entries()?
+        .0
+        .iter()
+        .map(|loc| loc.logic_length)
         .collect())
 }
 
@@ -261,33 +328,22 @@ fn check_disjoint(path: &Path, mut ranges: Vec<(u64, u64, u64)>) -> Result<()> {
 }
 
 /// Runs `block` over a batch of `items` records and `work` (see
-/// [`sharded`]), from `stores` (each with its records and their work),
-/// asking for each store's records ahead first while it is cold, and now
-/// and then judging whether it still is.
-fn run_parts(
-    stores: &[(&Store, &[RecordLoc], u64)],
+/// [`sharded`]), asking for its records ahead first (`will_need`) while
+/// `cold` finds the page cache cold, and now and then judging whether it
+/// still is.
+fn run_batch(
+    cold: &ColdReads,
     items: usize,
     work: u64,
+    will_need: &dyn Fn(),
     block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
 ) -> Result<()> {
-    let checks: Vec<_> = stores
-        .iter()
-        .map(|&(store, locs, work)| {
-            let check = store.cold.before(work);
-            if check.read_ahead {
-                for loc in locs {
-                    if let Some(chunk) = store.chunks.get_opened(loc.chunk_id) {
-                        chunk.will_need(loc.offset, loc.phys_length);
-                    }
-                }
-            }
-            check
-        })
-        .collect();
-    let result = sharded(items, work, block);
-    for (&(store, _, _), check) in stores.iter().zip(checks) {
-        store.cold.after(check);
+    let check = cold.before(work);
+    if check.read_ahead {
+        will_need();
     }
+    let result = sharded(items, work, block);
+    cold.after(check);
     result
 }
 
@@ -308,11 +364,8 @@ impl Store {
     }
 
     fn gather_slots(&self, idxs: &[u64], dst: &mut [u8], stride: usize, exact: bool) -> Result<()> {
-        self.meta.check_size()?;
-        let len = self.meta.length();
         // Checked, then decoded from: the table is not read again (`locate`).
-        let locs = self.locate(idxs, len)?;
-        self.check_chunk_sizes(idxs, &locs)?;
+        let locs = self.sources(idxs).locate()?;
         let mut total = 0u64;
         for (k, loc) in locs.iter().enumerate() {
             let logic = loc.logic_length as u64;
@@ -361,9 +414,13 @@ impl Store {
             }
             Ok(())
         };
-        self.run_batch(&locs, total, &|range| {
-            block(&idxs[range.clone()], &locs[range.clone()], range.start)
-        })
+        run_batch(
+            &self.cold,
+            locs.len(),
+            total,
+            &|| self.will_need(&locs),
+            &|range| block(&idxs[range.clone()], &locs[range.clone()], range.start),
+        )
     }
 
     /// Gathers ragged records: record `k` is written at `dst[offsets[k]..]`,
@@ -403,105 +460,88 @@ impl Store {
         offsets: &[u64],
         exact: Option<u64>,
     ) -> Result<()> {
-        gather_parts(self.path(), &[Part::new(self, idxs, offsets)], dst, exact)
+        let src = self.sources(idxs);
+        gather_records(self.path(), &src, offsets, dst, exact, &self.cold)
     }
 
-    /// Checks one part of a batch against the store and `dst_len`: its
-    /// entries (read once: the table is not read again, so the lengths that
-    /// were proven to fit are the lengths written), their chunk files, and
-    /// that each record fits where it goes. Returns the entries, the work,
-    /// and whether the destinations come in increasing order.
-    fn check_part(
-        &self,
-        idxs: &[u64],
-        offsets: &[u64],
-        dst_len: u64,
-        exact: Option<u64>,
-    ) -> Result<CheckedPart> {
-        if idxs.len() != offsets.len() {
-            return Err(self.invalid(format!(
-                "{} indices but {} offsets",
-                idxs.len(),
-                offsets.len()
-            )));
+    /// Checks, before a read touches the mappings, that the store's files
+    /// were not truncated under it: a mapped page past the end of a file
+    /// faults (SIGBUS). `meta.zr` and `checksums.zr` must be their full
+    /// size, and the chunk files' known sizes are brought up to date. The
+    /// files are looked at (`fstat`) only when a change to them was seen,
+    /// as of `polled`, since the last look, or at every read when they are
+    /// not watched (`files/change_watch.rs`); then (the result is `true`)
+    /// the read's chunks must be looked at too ([`Store::check_chunk_sizes`]).
+    /// A truncation *during* the read is not caught (docs/reliability.md,
+    /// "Files changed behind the store").
+    pub(crate) fn check_files(&self, polled: &Polled) -> Result<bool> {
+        let check = self.changes.to_check(polled);
+        if check != Check::Nothing {
+            self.meta.check_size()?;
+            if let Some(checksums) = &self.checksums {
+                checksums.check_size()?;
+            }
         }
-        self.meta.check_size()?;
-        let locs = self.locate(idxs, self.meta.length())?;
-        self.check_chunk_sizes(idxs, &locs)?;
-        let mut total = 0u64;
-        let mut ordered = true;
-        let mut prev_end = 0u64;
-        for (k, loc) in locs.iter().enumerate() {
-            let logic = loc.logic_length as u64;
-            if exact.is_some_and(|len| len != logic) {
-                return Err(self.invalid(format!(
-                    "record {} is {logic} bytes, not the {} of a sample",
-                    idxs[k],
-                    exact.unwrap_or(0)
-                )));
+        if let Check::All(token) = check {
+            for chunk in self.chunks.opened() {
+                chunk.refresh_size()?;
             }
-            let end = offsets[k].checked_add(logic);
-            if end.is_none_or(|end| end > dst_len) {
-                return Err(self.too_small(idxs[k], end.unwrap_or(u64::MAX), dst_len));
-            }
-            if logic > 0 {
-                ordered &= offsets[k] >= prev_end;
-                prev_end = offsets[k] + logic;
-            }
-            total += work(loc);
+            self.changes.checked(token);
         }
-        Ok((locs, total, ordered))
+        Ok(check == Check::Unwatched)
     }
 
-    /// Checks, with one `fstat` per distinct chunk, that every chunk file
-    /// the batch `locs` reads still holds its records' bytes: a file that
-    /// another program truncated while the store was open would otherwise
-    /// fault (SIGBUS) on the first mapped page past its new end. A
-    /// truncation *during* the gather is not caught (docs/reliability.md,
-    /// "Files changed behind the store"). A chunk that does not open is
-    /// left to the decode, which reports it as before.
-    fn check_chunk_sizes(&self, idxs: &[u64], locs: &[RecordLoc]) -> Result<()> {
-        // (chunk, position of the record that ends last in it, its end)
-        let mut last: Vec<(u16, usize, u64)> = Vec::new();
+    /// Checks that record `index`, stored at `loc`, ends inside its chunk
+    /// file's known size, looking at the file again (`fstat`) when it seems
+    /// not to (an append by another handle grew it) or when `look` is set.
+    /// A chunk that does not open is left to the decode, which reports it
+    /// as before.
+    fn check_chunk_size(&self, index: u64, loc: &RecordLoc, look: bool) -> Result<()> {
         // An empty record reads no byte, wherever its offset points.
-        for (k, loc) in locs.iter().enumerate().filter(|(_, l)| l.phys_length > 0) {
-            let end = loc.offset as u64 + loc.phys_length as u64;
-            match last.iter_mut().find(|l| l.0 == loc.chunk_id) {
-                Some(l) if end > l.2 => *l = (loc.chunk_id, k, end),
-                Some(_) => {}
-                None => last.push((loc.chunk_id, k, end)),
-            }
+        if loc.phys_length == 0 {
+            return Ok(());
         }
-        for (chunk_id, k, end) in last {
-            let Ok(chunk) = self.chunks.get(chunk_id) else {
-                continue;
-            };
-            let size = chunk.file_len()?;
-            if end > size {
-                return Err(Error::CorruptRecord {
-                    path: self.path().to_path_buf(),
-                    index: idxs[k],
-                    chunk: chunk_id,
-                    offset: locs[k].offset,
-                    reason: format!(
-                        "its bytes end at {end}, but {} is {size} bytes: truncated while \
-                         the store was open?",
-                        chunk.path().display()
-                    ),
-                });
-            }
+        let Ok(chunk) = self.chunks.get(loc.chunk_id) else {
+            return Ok(());
+        };
+        let end = loc.offset as u64 + loc.phys_length as u64;
+        let mut size = chunk.known_size();
+        if look || end > size {
+            size = chunk.refresh_size()?;
         }
-        Ok(())
+        if end <= size {
+            return Ok(());
+        }
+        Err(Error::CorruptRecord {
+            path: self.path().to_path_buf(),
+            index,
+            chunk: loc.chunk_id,
+            offset: loc.offset,
+            reason: format!(
+                "its bytes end at {end}, but {} is {size} bytes: truncated while the store \
+                 was open?",
+                chunk.path().display()
+            ),
+        })
     }
 
-    /// Runs the shards of a batch of `work` (see [`run_parts`]).
-    fn run_batch(
-        &self,
-        locs: &[RecordLoc],
-        work: u64,
-        block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
-    ) -> Result<()> {
-        run_parts(&[(self, locs, work)], locs.len(), work, block)
+    /// Records `idxs` of this store, as a batch's sources.
+    pub(crate) fn sources<'a>(&'a self, idxs: &'a [u64]) -> Sources<'a> {
+        Sources {
+            stores: vec![self],
+            which: None,
+            locals: idxs,
+        }
+    }
+
+    /// Asks the kernel for the stored bytes of `locs` ahead of reading them
+    /// (`exec/cold_reads.rs`).
+    fn will_need(&self, locs: &[RecordLoc]) {
+        for loc in locs {
+            if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
+                chunk.will_need(loc.offset, loc.phys_length);
+            }
+        }
     }
 
     /// Prefetches the stored bytes of the record `PREFETCH_DISTANCE` places
@@ -510,9 +550,14 @@ impl Store {
     /// (Measured on Fashion-MNIST with LZ4: bench/README.md, "Prefetching".)
     fn prefetch_ahead(&self, locs: &[RecordLoc], k: usize) {
         if let Some(loc) = locs.get(k + PREFETCH_DISTANCE) {
-            if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
-                chunk.prefetch(loc.offset, loc.phys_length);
-            }
+            self.prefetch(loc);
+        }
+    }
+
+    /// Prefetches the stored bytes of the record at `loc`.
+    fn prefetch(&self, loc: &RecordLoc) {
+        if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
+            chunk.prefetch(loc.offset, loc.phys_length);
         }
     }
 
