@@ -32,7 +32,6 @@ use crate::store::{Store, StoreOptions};
 use shard_index::ShardIndex;
 
 /// The shard stores a collection holds open.
-#[derive(Default)]
 struct OpenShards {
     /// Shard `s`'s store, while it is open.
     stores: Vec<Option<Arc<Store>>>,
