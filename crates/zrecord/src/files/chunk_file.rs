@@ -116,10 +116,9 @@ impl ChunkFile {
     /// shorter than that (a corrupt table entry or a truncated file).
     pub fn read(&self, offset: u32, len: u32) -> Option<&[u8]> {
         let end = offset as u64 + len as u64;
-        if end > self.size.load(Ordering::Acquire) {
+        if end > self.known_size() {
             // Another process may have grown the file since we looked.
-            let now = self.file.metadata().ok()?.len();
-            self.size.fetch_max(now, Ordering::AcqRel);
+            let now = self.refresh_size().ok()?;
             if end > now {
                 return None;
             }
