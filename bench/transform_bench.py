@@ -354,8 +354,9 @@ def report(r, stem):
         "threads, which hand the batch over as it is. The images (and the labels from 64 KiB "
         "on) are gathered into shared memory that the processes map and come back as that "
         "memory, without a copy; smaller arrays are copied into the process's input arena and "
-        "out of it. What is left is a fixed cost a batch: its structure pickled through a pipe "
-        "both ways, a process and a pool thread woken, on the cores that the gather uses too. "
+        "out of it. What is left is a fixed cost a batch, on the cores that the gather uses "
+        "too: its structure packed and unpacked on both sides, a message each way through a "
+        "socket, and the process and the consumer woken. "
         f"MB/s counts a sample's {SAMPLE_BYTES} bytes (image and label).",
         "",
         "| configuration | samples/s | MB/s | / no transform | / 2 threads |",

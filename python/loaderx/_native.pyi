@@ -343,6 +343,24 @@ class BatchMemory:
 
     @property
     def fd(self) -> int | None: ...
+    @property
+    def shared_id(self) -> int | None: ...
+
+def array_address(array: np.ndarray) -> int:
+    """The address of `array`'s first byte."""
+
+#: What a Loader yields: (step, indices, per stream its buffer, sources).
+NativeBatch = tuple[
+    int,
+    npt.NDArray[np.uint64],
+    # A ragged stream's buffer comes with its records' lengths, a blanking
+    # image stream's with whether each slot was decoded.
+    list[
+        npt.NDArray[np.uint8]
+        | tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint32] | npt.NDArray[np.bool_]]
+    ],
+    npt.NDArray[np.int32] | None,
+]
 
 class Loader:
     """Gathers batches of several stores in lockstep on worker threads."""
@@ -364,16 +382,7 @@ class Loader:
     def closed(self) -> bool: ...
     def close(self) -> None: ...
     def __iter__(self) -> Loader: ...
-    def __next__(
-        self,
-    ) -> tuple[
-        int,
-        npt.NDArray[np.uint64],
-        # A ragged stream's buffer comes with its records' lengths, a
-        # blanking image stream's with whether each slot was decoded.
-        list[
-            npt.NDArray[np.uint8]
-            | tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint32] | npt.NDArray[np.bool_]]
-        ],
-        npt.NDArray[np.int32] | None,
-    ]: ...
+    def __next__(self) -> NativeBatch: ...
+    def next_ready(self) -> NativeBatch | None:
+        """The next batch if it is finished now, else None (also once closed
+        or past the pass's end, which the next iteration reports)."""

@@ -43,6 +43,7 @@ from .mixture import SOURCE, Mixture
 from .ragged import RaggedDataset
 from .batch_work import BatchWork
 from .transform_pool import TransformPool, with_note
+from .process_pipeline import ProcessPipeline
 from .transform_processes import TransformProcesses
 
 
@@ -187,7 +188,7 @@ class DataLoader:
                 RaggedDataset or BytesDataset), or a count or the seed is not an int (a bool
                 is not a count).
         """
-        self._pool: TransformPool | None = None
+        self._pool: TransformPool | ProcessPipeline | None = None
         self._processes: TransformProcesses | None = None
         mixture = dataset if isinstance(dataset, Mixture) else None
         if mixture is not None:
@@ -253,32 +254,31 @@ class DataLoader:
 
     # -- construction -----------------------------------------------------------
 
-    def _work(self) -> Callable[[Any], Any]:
-        """What turns a native batch into the delivered one: the streams'
-        arrays, then the map and transform, here or in a transform process.
-        References no DataLoader."""
+    def _work(self) -> tuple[Callable[[Any], tuple[Any, Any, Any]], Callable[[Any, Any], Any]]:
+        """What turns a native batch into the delivered one, in two parts
+        around the map and transform: `prepare(item)` gives the streams'
+        arrays, the samples' seeds and the context `finish(batch, context)`
+        needs after the work. References no DataLoader."""
         assemble = assembler(self._adapters)
-        batch_work = self._batch_work
-        processes = self._processes
         sampler = self.sampler
         padded = getattr(sampler, "last_batch", None) == "pad"
-        seeded = batch_work.sample_rngs
+        seeded = self._batch_work.sample_rngs
 
-        def work(item: Any) -> Any:
+        def prepare(item: Any) -> tuple[Any, Any, Any]:
             batch = assemble(item)
             step, indices, _, sources = item
             if sources is not None:
                 batch[SOURCE] = sources
             seeds = sampler.sample_seeds(step) if seeded else None
-            if processes is not None:
-                batch = processes.run(step, batch, seeds)
-            elif batch_work.active:
-                batch = batch_work(batch, seeds)
+            return batch, seeds, (step, len(indices))
+
+        def finish(batch: Any, context: tuple[int, int]) -> Any:
             if padded and isinstance(batch, dict):
-                batch[VALID] = np.arange(len(indices)) < sampler.valid_len(step)
+                step, n = context
+                batch[VALID] = np.arange(n) < sampler.valid_len(step)
             return batch
 
-        return work
+        return prepare, finish
 
     def _start(self, step: int) -> None:
         per_source = [native_streams(adapters) for adapters in self._sources]
@@ -291,11 +291,21 @@ class DataLoader:
         native = Loader(stores, record_lens, self.sampler, self._num_workers,
                         self._prefetch_size, step=step,
                         shared_memory=self._processes is not None)
+        prepare, finish = self._work()
+        end = getattr(self.sampler, "steps", None)
+        if self._processes is not None:
+            self._pool = ProcessPipeline(native, prepare, finish, self._processes, end=end)
+            return
+        batch_work = self._batch_work
+
+        def work(item: Any) -> Any:
+            batch, seeds, context = prepare(item)
+            if batch_work.active:
+                batch = batch_work(batch, seeds)
+            return finish(batch, context)
+
         workers = self._transform_workers
-        self._pool = TransformPool(
-            native, self._work(), workers, ahead=workers + 1,
-            end=getattr(self.sampler, "steps", None),
-        )
+        self._pool = TransformPool(native, work, workers, ahead=workers + 1, end=end)
 
     # -- iteration --------------------------------------------------------------
 

@@ -142,11 +142,11 @@ class TransformPool:
             )
         if not self.threads:
             if self.next_take >= self.end:
-                raise self._ended()
+                raise ended(self.end)
             step, item, error = self._native_next()
             self.next_deliver = step + 1
             if error is not None:
-                return step, _raiser(error)
+                return step, raiser(error)
             return step, lambda: self._do_work(item)
         cond = self.cond
         with cond:
@@ -160,11 +160,11 @@ class TransformPool:
                     del self.results[step]
                     cond.notify_all()
                     ok, value = result
-                    return step, (lambda: value) if ok else _raiser(value)
+                    return step, (lambda: value) if ok else raiser(value)
                 if self.stopped:
                     raise StopIteration
                 if step >= self.end:
-                    raise self._ended()
+                    raise ended(self.end)
                 cond.wait(_WAIT_SLICE)
 
     def _run(self) -> None:
@@ -229,18 +229,19 @@ class TransformPool:
                 t.join(max(0.0, deadline - time.monotonic()))
 
 
-    def _ended(self) -> BaseException:
-        """What taking past the end raises: StopIteration after a finite
-        pass, OverflowError after the last step there is."""
-        if self.end <= MAX_STEP:
-            return StopIteration()
-        return OverflowError(
-            f"this DataLoader has delivered its last step, {MAX_STEP}: steps are unsigned "
-            "64-bit integers, and no step comes after it"
-        )
+
+def ended(end: int) -> BaseException:
+    """What taking past the end raises: StopIteration after a finite pass
+    of `end` steps, OverflowError after the last step there is."""
+    if end <= MAX_STEP:
+        return StopIteration()
+    return OverflowError(
+        f"this DataLoader has delivered its last step, {MAX_STEP}: steps are unsigned "
+        "64-bit integers, and no step comes after it"
+    )
 
 
-def _raiser(error: BaseException) -> Callable[[], Any]:
+def raiser(error: BaseException) -> Callable[[], Any]:
     def throw() -> Any:
         raise error
 

@@ -3,10 +3,9 @@
 ``DataLoader(..., transform_mode='process')`` runs the batch work that
 follows the native gather (the per-sample `map` and the `transform`,
 ``batch_work.py``) in worker processes instead of threads, so Python code
-that holds the GIL runs on as many cores as there are workers. The
-threads of ``transform_pool.py`` still order, bound and deliver the
-batches: each hands a step's batch to an idle process and waits for its
-result without the GIL.
+that holds the GIL runs on as many cores as there are workers. This file
+is a process and the protocol it speaks; ``process_pipeline.py`` keeps the
+processes busy and delivers their batches in step order.
 
 Batches travel through shared memory, not pickles. The native loader of
 a DataLoader with processes gathers its big batch buffers into shared
@@ -20,11 +19,13 @@ happens; an unlinked temporary file where there is no memfd), which the
 parent and the process both map. The parent copies a small or private
 array into the input arena; the process writes the arrays it makes into
 its output arena, and the parent copies them out (the consumer may keep a
-batch as long as it likes, and the arena is reused). Only the batch's
-structure (keys, dtypes, shapes, places) and what is not an array (a byte
-stream's items) go through the pipe.
+batch as long as it likes, and the arena is reused). The batch's structure
+(keys, dtypes, shapes, places) and what is not an array (a byte stream's
+items) are pickled into the arena behind the arrays. Only a fixed header
+goes through the socket between the two, in one system call each way:
+the arena's size and where the pickle lies in it.
 
-A process dies with the loader: it exits when told to, when its pipe
+A process dies with the loader: it exits when told to, when its socket
 closes, when it finds its parent gone (checked twice a second while it
 waits), and on Linux at once when the parent process dies
 (``PR_SET_PDEATHSIG``, set for processes started from the main thread).
@@ -32,17 +33,19 @@ waits), and on Linux at once when the parent process dies
 
 from __future__ import annotations
 
+import array
 import atexit
 import collections
 import functools
+import itertools
 import math
 import mmap
 import multiprocessing
 import os
 import pickle
-import queue
-import select
 import signal
+import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -54,7 +57,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ._native import BatchMemory
+from ._native import BatchMemory, array_address
 from .transform_pool import with_note
 
 #: Where arrays start in an arena: a cache line, so that the copies run at
@@ -76,24 +79,45 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 #: How long close() waits for a process to exit before it kills it.
 _EXIT_TIMEOUT = 0.5
 
+#: Seconds one wait of the parent for a process's reply lasts before it
+#: checks for close() and runs signal handlers (Ctrl-C).
+_WAIT_SLICE = 0.05
+
+#: The one message of the socket, each way: the batch's number (0 asks the
+#: process to exit), the sender's arena size, and the pickle's offset and
+#: length in that arena.
+_HEADER = struct.Struct("<QQQQ")
+
+#: Batch numbers, unique in this process: a process takes each once.
+_SEQUENCE = itertools.count(1)
+
+#: Most descriptors one message carries (a batch's new shared buffers),
+#: and the room they take.
+_MAX_FDS = 64
+_ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
 
 #: Where a packed array is: in the arena its writer wrote it to, or in
-#: the arena that the batch came in (a result passed through); a tuple is
-#: the key of a shared batch buffer (its file's device and inode).
-WRITTEN, CAME_IN = 0, 1
+#: the arena that the batch came in (a result passed through); from
+#: `_SHARED` on, in the shared batch buffer numbered `where - _SHARED`.
+WRITTEN, CAME_IN, _SHARED = 0, 1, 2
+
+#: How a batch's structure is packed: a dict of arrays as its keys and
+#: their places (the batches of every loader), or any tree of dicts, lists
+#: and tuples with `_Array` leaves.
+_FLAT, _TREE = 0, 1
 
 
 class _Array(NamedTuple):
-    """An array's place in a batch's structure: `offset` bytes into the
-    memory `where` says. A built-in dtype travels as its string: a dtype
-    object pickles several times slower, and this goes both ways every
-    step; a structured or user-defined one (bfloat16) as itself, which its
-    string does not describe."""
+    """An array's place in a tree: `offset` bytes into the memory `where`
+    says. A built-in dtype travels as its string: a dtype object pickles
+    several times slower, and this goes both ways every step; a structured
+    or user-defined one (bfloat16) as itself, which its string does not
+    describe."""
 
     offset: int
     dtype: str | np.dtype
     shape: tuple[int, ...]
-    where: int | tuple[int, int] = WRITTEN
+    where: int = WRITTEN
 
 
 def _dtype_name(dtype: np.dtype) -> str | np.dtype:
@@ -162,15 +186,11 @@ def _plain_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) and not value.dtype.hasobject
 
 
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
-
-
 def _span(memory: Any) -> tuple[int, int]:
     """The addresses a mapping covers (an empty span for none)."""
     if memory is None:
         return 0, 0
-    start = _address(np.frombuffer(memory, np.uint8))
+    start = array_address(np.frombuffer(memory, np.uint8))
     return start, start + len(memory)
 
 
@@ -179,27 +199,45 @@ def _batch_memory(a: np.ndarray) -> tuple[np.ndarray, Any] | None:
     owner, when the owner is shared memory."""
     while isinstance(a, np.ndarray):
         if isinstance(a.base, BatchMemory):
-            return (a, a.base) if a.base.fd is not None else None
+            return (a, a.base) if a.base.shared_id is not None else None
         a = a.base
     return None
 
 
+#: Finds where an array already lies in memory both sides map: `(offset,
+#: where)`, or None when it must be copied.
+Place = Callable[[np.ndarray], "tuple[int, int] | None"]
+
+
 class Shared:
-    """The shared batch buffers a batch views, by key: the array made of
-    each and its descriptor."""
+    """The shared batch buffers a batch views, by place (`where`): the
+    array made of each and its descriptor."""
 
     def __init__(self) -> None:
-        self.buffers: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
+        self.buffers: dict[int, tuple[np.ndarray, int]] = {}
 
-    def place(self, a: np.ndarray) -> _Array | None:
+    def place(self, a: np.ndarray) -> tuple[int, int] | None:
         found = _batch_memory(a)
         if found is None or not a.flags.c_contiguous:
             return None
         root, owner = found
-        st = os.fstat(owner.fd)
-        key = (st.st_dev, st.st_ino)
-        self.buffers[key] = (root, owner.fd)
-        return _Array(_address(a) - _address(root), _dtype_name(a.dtype), a.shape, key)
+        where = owner.shared_id + _SHARED
+        self.buffers[where] = (root, owner.fd)
+        return array_address(a) - array_address(root), where
+
+
+def _finder(spans: list[tuple[int, int, int]]) -> Place:
+    """What finds an array that lies whole and contiguous in one of the
+    memories of `spans` (`(where, start, stop)`)."""
+
+    def place(a: np.ndarray) -> tuple[int, int] | None:
+        at = array_address(a)
+        for where, start, stop in spans:
+            if start <= at and at + a.nbytes <= stop and a.flags.c_contiguous:
+                return at - start, where
+        return None
+
+    return place
 
 
 # The walks below are module functions that pass what they need along: a
@@ -208,52 +246,98 @@ class Shared:
 # garbage collector happened to run.
 
 
-def pack(value: Any, arena: Arena, places: Callable[[np.ndarray], _Array | None]) -> Any:
-    """`value`'s structure, its arrays replaced by their places: where
-    `places` finds them already (shared memory both sides map), or copied
-    into `arena` (grown to hold them). Dicts, lists and tuples are walked;
-    anything else is left for the pipe to pickle."""
+def layout(value: Any, place: Place) -> tuple[int, Any, list[tuple[np.ndarray, int]]]:
+    """How `value` is packed: the kind and tree of its structure, its
+    arrays replaced by their places, where `place` finds them already
+    (shared memory both sides map) or at offsets of the arena; and the
+    arrays to copy there, with their offsets."""
     copies: list[tuple[np.ndarray, int]] = []
-    tree = _place(value, places, copies)
-    arena.reserve(copies[-1][1] + copies[-1][0].nbytes if copies else 0)
+    kind, tree = _structure(value, place, copies)
+    return kind, tree, copies
+
+
+def write(arena: Arena, copies: list[tuple[np.ndarray, int]], payload: bytes) -> tuple[int, int]:
+    """Copies the arrays `layout` placed into `arena`, and the pickled
+    `payload` behind them, growing the arena to hold it all; returns the
+    payload's offset and length."""
+    at = _aligned(copies)
+    arena.reserve(at + len(payload))
     for a, offset in copies:
         np.ndarray(a.shape, a.dtype, buffer=arena.map, offset=offset)[...] = a
-    return tree
+    arena.map[at:at + len(payload)] = payload
+    return at, len(payload)
 
 
-def _place(v: Any, places: Callable[[np.ndarray], _Array | None],
-           copies: list[tuple[np.ndarray, int]]) -> Any:
+def _aligned(copies: list[tuple[np.ndarray, int]]) -> int:
+    """The first aligned offset past the arrays copied so far."""
+    end = copies[-1][1] + copies[-1][0].nbytes if copies else 0
+    return -(-end // _ALIGN) * _ALIGN
+
+
+def _structure(value: Any, place: Place, copies: list[tuple[np.ndarray, int]]) -> tuple[int, Any]:
+    if type(value) is dict:
+        specs = []
+        for v in value.values():
+            if not _plain_array(v):
+                copies.clear()
+                break
+            specs.append(_leaf(v, place, copies))
+        else:
+            return _FLAT, (tuple(value), specs)
+    return _TREE, _walk(value, place, copies)
+
+
+def _leaf(a: np.ndarray, place: Place,
+          copies: list[tuple[np.ndarray, int]]) -> tuple[int, Any, tuple[int, ...], int]:
+    """An array's `(offset, dtype, shape, where)`, copied if need be."""
+    dtype = _dtype_name(a.dtype)
+    if not a.nbytes:
+        return 0, dtype, a.shape, WRITTEN
+    found = place(a)
+    if found is not None:
+        return found[0], dtype, a.shape, found[1]
+    offset = _aligned(copies)
+    copies.append((a, offset))
+    return offset, dtype, a.shape, WRITTEN
+
+
+def _walk(v: Any, place: Place, copies: list[tuple[np.ndarray, int]]) -> Any:
     if _plain_array(v):
-        found = places(v) if v.nbytes else None
-        if found is not None:
-            return found
-        if not v.nbytes:
-            return _Array(0, _dtype_name(v.dtype), v.shape)
-        end = copies[-1][1] + copies[-1][0].nbytes if copies else 0
-        offset = -(-end // _ALIGN) * _ALIGN
-        copies.append((v, offset))
-        return _Array(offset, _dtype_name(v.dtype), v.shape)
+        return _Array(*_leaf(v, place, copies))
     if type(v) is dict:
-        return {k: _place(x, places, copies) for k, x in v.items()}
+        return {k: _walk(x, place, copies) for k, x in v.items()}
     if type(v) in (list, tuple):
-        return type(v)(_place(x, places, copies) for x in v)
+        return type(v)(_walk(x, place, copies) for x in v)
     return v
 
 
-def unpack(tree: Any, memory: Callable[[Any], Any], copy: Callable[[Any], bool]) -> Any:
-    """The value `pack` packed, its arrays views of the memory that
-    `memory(where)` gives (an mmap or an array), or copies of them where
-    `copy(where)`."""
+def unpack(kind: int, tree: Any, memories: dict[int, Any], copy: bool) -> Any:
+    """The value `pack` packed, its arrays views of `memories[where]` (an
+    mmap or an array), or, with `copy`, copies of those in the arenas
+    (which are reused)."""
+    if kind == _FLAT:
+        names, specs = tree
+        return {name: _array(spec, memories, copy) for name, spec in zip(names, specs)}
+    return _unwalk(tree, memories, copy)
+
+
+def _array(spec: tuple[int, Any, tuple[int, ...], int], memories: dict[int, Any],
+           copy: bool) -> np.ndarray:
+    offset, dtype, shape, where = spec
+    dtype = _dtype(dtype)
+    if not math.prod(shape):
+        return np.empty(shape, dtype)
+    a = np.ndarray(shape, dtype, buffer=memories[where], offset=offset)
+    return a.copy() if copy and where < _SHARED else a
+
+
+def _unwalk(tree: Any, memories: dict[int, Any], copy: bool) -> Any:
     if isinstance(tree, _Array):
-        dtype = _dtype(tree.dtype)
-        if not math.prod(tree.shape):
-            return np.empty(tree.shape, dtype)
-        a = np.ndarray(tree.shape, dtype, buffer=memory(tree.where), offset=tree.offset)
-        return a.copy() if copy(tree.where) else a
+        return _array(tree, memories, copy)
     if type(tree) is dict:
-        return {k: unpack(x, memory, copy) for k, x in tree.items()}
+        return {k: _unwalk(x, memories, copy) for k, x in tree.items()}
     if type(tree) in (list, tuple):
-        return type(tree)(unpack(x, memory, copy) for x in tree)
+        return type(tree)(_unwalk(x, memories, copy) for x in tree)
     return tree
 
 
@@ -273,94 +357,113 @@ def _die_with_parent(with_pdeathsig: bool) -> None:
 
 class _Mapped:
     """A worker's mappings of the shared batch buffers it has been sent,
-    by key, with the addresses each covers, the least recently used dropped
-    past `_MAPPED` (a buffer the loader freed is kept mapped until then)."""
+    by place, with the addresses each covers, the least recently used
+    dropped past `_MAPPED` (a buffer the loader freed is kept mapped until
+    then)."""
 
     def __init__(self) -> None:
-        self.maps: collections.OrderedDict[tuple[int, int], mmap.mmap] = (
-            collections.OrderedDict())
-        self.spans: dict[tuple[int, int], tuple[int, int]] = {}
+        self.maps: collections.OrderedDict[int, mmap.mmap] = collections.OrderedDict()
+        self.spans: dict[int, tuple[int, int]] = {}
 
-    def receive(self, conn: Any, keys: list[tuple[int, int]]) -> None:
-        for key in keys:
-            fd = reduction.recv_handle(conn)
+    def receive(self, fds: list[int], wheres: list[int]) -> None:
+        for fd, where in zip(fds, wheres):
             try:
-                self.maps[key] = mmap.mmap(fd, os.fstat(fd).st_size)
+                self.maps[where] = mmap.mmap(fd, os.fstat(fd).st_size)
             finally:
                 os.close(fd)
-            self.spans[key] = _span(self.maps[key])
+            self.spans[where] = _span(self.maps[where])
 
-    def use(self, keys: set[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Marks `keys` used now; drops (and returns) the mappings beyond
+    def use(self, wheres: list[int]) -> list[int]:
+        """Marks `wheres` used now; drops (and returns) the mappings beyond
         the bound that are not among them."""
-        for key in keys:
-            self.maps.move_to_end(key)
-        dropped = [key for key in self.maps if key not in keys][: max(0, len(self.maps) - _MAPPED)]
-        for key in dropped:
-            del self.maps[key], self.spans[key]
+        for where in wheres:
+            self.maps.move_to_end(where)
+        if len(self.maps) <= _MAPPED:
+            return []
+        dropped = [w for w in self.maps if w not in wheres][: len(self.maps) - _MAPPED]
+        for where in dropped:
+            del self.maps[where], self.spans[where]
         return dropped
 
 
-def _finder(spans: list[tuple[Any, int, int]]) -> Callable[[np.ndarray], _Array | None]:
-    """What finds an array that lies whole and contiguous in one of the
-    memories of `spans` (`(where, start, stop)`): its place there."""
-
-    def place(a: np.ndarray) -> _Array | None:
-        at = _address(a)
-        for where, start, stop in spans:
-            if start <= at and at + a.nbytes <= stop and a.flags.c_contiguous:
-                return _Array(at - start, _dtype_name(a.dtype), a.shape, where)
-        return None
-
-    return place
-
-
-def _serve(conn: Any, inp: Arena, out: Arena, work: Callable[..., Any], parent: int,
+def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any], parent: int,
            with_pdeathsig: bool) -> None:
     """A worker process: runs `work(batch, seeds)` on each batch it is sent,
-    until it is sent None or its parent is gone."""
+    until it is told to exit or its parent is gone."""
     _die_with_parent(with_pdeathsig)
     # Ctrl-C goes to the whole process group; the parent decides what it
     # means, and closes the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     mapped = _Mapped()
-    # One poll object for the life of the process: Connection.poll builds a
-    # selector on every call, a cost paid each step.
-    ready = select.poll()
-    ready.register(conn.fileno(), select.POLLIN)
+    # A receive gives up after a while, to check that the parent is there.
+    _wait_slices(sock, _PARENT_CHECK)
     came_in = _span(inp.map)
+    last = 0
     while True:
         try:
-            while not ready.poll(_PARENT_CHECK * 1000):
+            try:
+                header, ancillary, _, _ = sock.recvmsg(_HEADER.size, _ANCILLARY)
+            except BlockingIOError:
                 if os.getppid() != parent:
                     return
-            message = pickle.loads(conn.recv_bytes())
-            if message is None:
+                continue
+            fds = _descriptors(ancillary)
+            if len(header) != _HEADER.size:
+                return  # the socket closed
+            seq, size, at, length = _HEADER.unpack(header)
+            if not seq:
                 return
-            size, tree, seeds, keys, new = message
-            mapped.receive(conn, new)
+            if seq <= last:  # a message posted again: it came the first time
+                for fd in fds:
+                    os.close(fd)
+                continue
+            last = seq
+            if size != inp.size:
+                inp.remap(size)
+                came_in = _span(inp.map)
+            kind, tree, seeds, wheres, new = pickle.loads(inp.map[at:at + length])
+            mapped.receive(fds, new)
         except (EOFError, OSError):
             return
-        if size != inp.size:
-            inp.remap(size)
-            came_in = _span(inp.map)
-        keys = set(keys)
-        dropped = mapped.use(keys)
-
-        def memory(where: Any) -> Any:
-            return inp.map if where == WRITTEN else mapped.maps[where]
-
-        # A result's array that is part of what came in (the input arena or
-        # this batch's shared buffers) goes back as its place there.
-        places = _finder([(CAME_IN, *came_in), *((key, *mapped.spans[key]) for key in keys)])
+        dropped = mapped.use(wheres)
+        memories: dict[int, Any] = {WRITTEN: inp.map}
+        spans = [(CAME_IN, *came_in)]
+        for where in wheres:
+            memories[where] = mapped.maps[where]
+            spans.append((where, *mapped.spans[where]))
         try:
-            result = work(unpack(tree, memory, copy=lambda where: False), seeds)
-            reply: tuple = ("ok", pack(result, out, places), out.size, dropped)
+            # A result's array that is part of what came in (the input
+            # arena or this batch's shared buffers) goes back as its place.
+            result = work(unpack(kind, tree, memories, copy=False), seeds)
+            kind, tree, copies = layout(result, _finder(spans))
             del result
-            payload = pickle.dumps(reply, _PROTOCOL)
+            payload = pickle.dumps((True, kind, tree, dropped), _PROTOCOL)
         except BaseException as e:  # noqa: BLE001: every error goes back to next()
-            payload = pickle.dumps(("error", *_portable(e), dropped), _PROTOCOL)
-        conn.send_bytes(payload)
+            copies = []
+            payload = pickle.dumps((False, *_portable(e), dropped), _PROTOCOL)
+        at, length = write(out, copies, payload)
+        del copies
+        try:
+            sock.sendall(_HEADER.pack(seq, out.size, at, length))
+        except OSError:
+            return
+
+
+def _wait_slices(sock: socket.socket, seconds: float) -> None:
+    """Makes a blocking receive on `sock` give up (EAGAIN) after `seconds`:
+    one system call a wait, where a poll first would be two."""
+    whole = int(seconds)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                    struct.pack("@ll", whole, int((seconds - whole) * 1e6)))
+
+
+def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors a message carried (SCM_RIGHTS)."""
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return list(fds)
 
 
 def _portable(error: BaseException) -> tuple[Any, str]:
@@ -378,13 +481,26 @@ def _portable(error: BaseException) -> tuple[Any, str]:
 
 
 class _Process:
-    """One worker process, its pipe and its arenas."""
+    """One worker process, its socket and its arenas, and the batch it
+    holds: `sent` is that batch's sequence number (0 when it holds none)."""
 
     def __init__(self, context: Any, work: Callable[..., Any], index: int) -> None:
         self.inp, self.out = Arena.create(), Arena.create()
         #: The shared batch buffers the process has mapped.
-        self.known: set[tuple[int, int]] = set()
-        self.conn, child = context.Pipe()
+        self.known: set[int] = set()
+        #: The number of the batch it holds (0 when it holds none), and
+        #: the last number posted.
+        self.sent = self.posted = 0
+        self.message: tuple[bytes, list[int]] = (b"", [])
+        self.shared: Shared | None = None
+        #: Who sent the batch it holds (a ProcessPipeline).
+        self.owner: Any = None
+        #: The last header received: a reply is in only when its sequence
+        #: number is `sent`, so a reply read by a call that a signal handler
+        #: then interrupted is not waited for again.
+        self.header = bytearray(_HEADER.size)
+        self.sock, child = socket.socketpair()
+        _wait_slices(self.sock, _WAIT_SLICE)
         main = threading.current_thread() is threading.main_thread()
         self.process = context.Process(
             target=_serve, name=f"loaderx-transform-{index}", daemon=True,
@@ -395,34 +511,75 @@ class _Process:
         finally:
             child.close()
 
-    def run(self, batch: Any, seeds: Any) -> Any:
+    def load(self, batch: Any, seeds: Any, owner: Any) -> None:
+        """Gives the process `batch` for `owner`: writes it to the input
+        arena and makes the message that `post` sends."""
         shared = Shared()
-        tree = pack(batch, self.inp, shared.place)
-        new = [key for key in shared.buffers if key not in self.known]
-        self.conn.send_bytes(pickle.dumps((self.inp.size, tree, seeds, list(shared.buffers), new),
-                                          _PROTOCOL))
-        for key in new:
-            reduction.send_handle(self.conn, shared.buffers[key][1], self.process.pid)
-            self.known.add(key)
-        reply = pickle.loads(self.conn.recv_bytes())
+        kind, tree, copies = layout(batch, shared.place)
+        new = [where for where in shared.buffers if where not in self.known]
+        payload = pickle.dumps((kind, tree, seeds, list(shared.buffers), new), _PROTOCOL)
+        at, length = write(self.inp, copies, payload)
+        seq = next(_SEQUENCE)
+        message = (_HEADER.pack(seq, self.inp.size, at, length),
+                   [shared.buffers[where][1] for where in new])
+        sending = set(new)
+        # No call between these statements (the interpreter runs signal
+        # handlers only at calls and jumps): a load cut short leaves the
+        # process as it was.
+        self.known |= sending
+        self.shared, self.owner, self.message, self.sent = shared, owner, message, seq
+
+    def post(self) -> None:
+        """Sends the message of the batch it holds. Sending it again is
+        harmless (the process takes a number once), which is what makes a
+        send that a signal handler's exception may have cut short safe to
+        repeat. Raises OSError when the process is gone."""
+        header, fds = self.message
+        if fds:
+            socket.send_fds(self.sock, [header], fds)
+        else:
+            self.sock.sendall(header)
+        self.posted = self.sent
+
+    def reply(self, wait: bool) -> bool:
+        """Whether the reply to the batch it holds is in, waiting for it up
+        to `_WAIT_SLICE` seconds with `wait`. Raises EOFError or OSError
+        when the process is gone."""
+        if _HEADER.unpack_from(self.header)[0] == self.sent:
+            return True
+        view, got = memoryview(self.header), 0
+        while got < _HEADER.size:
+            try:
+                n = self.sock.recv_into(view[got:], 0, 0 if wait else socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if not got:
+                    return False
+                continue  # the rest of a header is on its way
+            if not n:
+                raise EOFError
+            got += n
+        return _HEADER.unpack_from(self.header)[0] == self.sent
+
+    def result(self) -> tuple[bool, Any]:
+        """`(True, result)`, or `(False, error)` with the process's
+        traceback as the error's note, from the reply that is in. May be
+        called again (nothing it reads is reused before the next load)."""
+        _, size, at, length = _HEADER.unpack(self.header)
+        self.out.remap(size)
+        reply = pickle.loads(self.out.map[at:at + length])
         self.known.difference_update(reply[-1])
-        if reply[0] == "error":
+        if not reply[0]:
             _, error, text, _ = reply
             with_note(error, f"in loaderx transform process {self.process.pid}:\n{text}")
-            raise error
-        _, tree, size, _ = reply
-        self.out.remap(size)
-
-        def memory(where: Any) -> Any:
-            if where == WRITTEN:
-                return self.out.map
-            if where == CAME_IN:
-                return self.inp.map
-            return shared.buffers[where][0]
-
+            return False, error
+        _, kind, tree, _ = reply
+        memories: dict[int, Any] = {WRITTEN: self.out.map, CAME_IN: self.inp.map}
+        assert self.shared is not None
+        for where, (root, _) in self.shared.buffers.items():
+            memories[where] = root
         # Shared batch buffers are delivered as they are (views that keep
         # them alive); what the arenas hold is copied, as they are reused.
-        return unpack(tree, memory, copy=lambda where: not isinstance(where, tuple))
+        return True, unpack(kind, tree, memories, copy=True)
 
     def death(self, step: int) -> RuntimeError:
         """The error of a step whose process died under it."""
@@ -441,21 +598,21 @@ class _Process:
 
     def stop(self) -> None:
         try:
-            self.conn.send_bytes(pickle.dumps(None))
+            self.sock.sendall(_HEADER.pack(0, 0, 0, 0))
         except OSError:
             pass
 
     def close(self, deadline: float | None = None) -> None:
         """Waits until `deadline` (monotonic; `_EXIT_TIMEOUT` from now by
         default) for the process to exit, kills it if it has not, and frees
-        its pipe and arenas."""
+        its socket and arenas."""
         if deadline is None:
             deadline = time.monotonic() + _EXIT_TIMEOUT
         self.process.join(max(0.0, deadline - time.monotonic()))
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
-        self.conn.close()
+        self.sock.close()
         self.inp.close()
         self.out.close()
         self.process.close()
@@ -473,9 +630,8 @@ def _close_live() -> None:
 
 
 class TransformProcesses:
-    """`count` worker processes running `work(batch, seeds)`. `run` is
-    called from any thread and takes an idle process; a process that died
-    is replaced by a new one."""
+    """`count` worker processes running `work(batch, seeds)`, for one
+    ProcessPipeline at a time; a process that died is replaced."""
 
     def __init__(self, work: Callable[..., Any], count: int, start_method: str | None) -> None:
         if sys.platform == "win32":
@@ -504,7 +660,6 @@ class TransformProcesses:
         self.lock = threading.Lock()
         self.closed = False
         self.all: list[_Process] = []
-        self.idle: queue.Queue[_Process] = queue.Queue()
         _LIVE.add(self)
         try:
             for i in range(count):
@@ -521,43 +676,19 @@ class TransformProcesses:
                 p.close()
                 return
             self.all.append(p)
-        self.idle.put(p)
 
-    def run(self, step: int, batch: Any, seeds: Any) -> Any:
-        """`work(batch, seeds)` in an idle process; its error is raised here,
-        with the process's traceback as a note."""
-        while True:
-            try:
-                p = self.idle.get(timeout=_PARENT_CHECK)
-                break
-            except queue.Empty:
-                if self.closed:
-                    raise RuntimeError("the loader's transform processes are closed") from None
-        try:
-            result = p.run(batch, seeds)
-        except (EOFError, OSError):
-            # The process is gone: closed under this thread (close() then
-            # owns it), or dead, and then this thread takes it out.
-            with self.lock:
-                if self.closed:
-                    raise RuntimeError("the loader's transform processes are closed") from None
-                self.all.remove(p)
-            error = p.death(step)
-            p.close()
-            self._start_another()
-            raise error from None
-        except BaseException:
-            self.idle.put(p)
-            raise
-        self.idle.put(p)
-        return result
-
-    def _start_another(self) -> None:
-        """A process in place of one that died."""
+    def replace(self, p: _Process) -> None:
+        """Takes out `p`, which died, and starts another in its place (when
+        one cannot start, the others go on)."""
+        with self.lock:
+            if self.closed or p not in self.all:
+                return
+            self.all.remove(p)
+        p.close()
         try:
             self._add(len(self.all))
         except Exception:  # noqa: BLE001: a new process could not start
-            pass  # the next run waits for the others; close() still works
+            pass
 
     def close(self) -> None:
         """Stops every process (killing those that do not exit at once) and

@@ -8,6 +8,7 @@ killed; clear refusals (an unpicklable transform under spawn, a daemonic
 parent).
 """
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -184,6 +185,86 @@ def test_resume_with_processes_is_bit_identical(streams):
         same(w, g)
 
 
+def slow_square_sum(batch):
+    time.sleep(0.2)
+    return square_sum(batch)
+
+
+def test_a_state_loaded_while_processes_hold_batches_resumes_exactly(streams):
+    # The processes still hold batches of the abandoned run when the loader
+    # restarts: their late replies are dropped, not delivered.
+    kw = dict(transform=slow_square_sum, transform_mode="process", transform_workers=2)
+    with loader(streams, **kw) as it:
+        take(it, 4)
+        start = it.state_dict()
+        take(it, 3)
+        it.load_state_dict(start)
+        again = take(it, 4)
+    with loader(streams, **kw) as fresh:
+        take(fresh, 4)
+        want = take(fresh, 4)
+    for w, g in zip(want, again):
+        w.pop("pid"), g.pop("pid")
+        same(w, g)
+
+
+def test_an_interrupted_wait_for_a_process_loses_no_step(streams):
+    # A signal handler's exception (as Ctrl-C's KeyboardInterrupt) that lands
+    # while next() waits for a process leaves the step to the next call.
+    class Interrupted(Exception):
+        pass
+
+    landed = []
+
+    def interrupt(signum, frame):
+        landed.append(frame.f_code.co_name)
+        raise Interrupted
+
+    with loader(streams, transform=square_sum) as threads:
+        want = take(threads, 4)
+    old = signal.signal(signal.SIGALRM, interrupt)
+    got = {}
+    try:
+        with loader(streams, transform=slow_square_sum, transform_mode="process",
+                    transform_workers=1) as it:
+            while it.step < 4:
+                before = it.step
+                signal.setitimer(signal.ITIMER_REAL, 0.05)  # inside the 0.2 s wait
+                try:
+                    batch = next(it)
+                except Interrupted:
+                    if landed[-1] == "reply":  # the wait for the process
+                        assert it.step == before
+                    continue
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                got[it.step - 1] = batch
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    # (One that lands just after a native call returned may cost that step,
+    # as it may without processes.)
+    assert landed.count("reply") >= 3, landed
+    assert got, landed
+    for step, g in got.items():
+        w = dict(want[step])
+        w.pop("pid"), g.pop("pid")
+        same(w, g)
+
+
+def test_a_finite_padded_pass_ends_with_processes_as_with_threads(streams):
+    kw = dict(batch_size=50, epochs=2, last_batch="pad", transform=square_sum)
+    with loader(streams, **kw) as threads:
+        want = list(threads)
+    with loader(streams, transform_mode="process", transform_workers=2, **kw) as it:
+        got = list(it)
+        assert len(got) == len(it) == len(want)
+        with pytest.raises(StopIteration):
+            next(it)
+    for w, g in zip(want, got):
+        w.pop("pid"), g.pop("pid")
+        same(w, g)
+
+
 def invert_in_place(batch):
     batch["x"][...] = 255 - batch["x"]
     return batch
@@ -290,6 +371,7 @@ def test_close_is_prompt_while_processes_are_busy(streams, monkeypatch):
 
 def test_no_process_descriptor_or_segment_survives_many_loaders(streams):
     def fds():
+        gc.collect()  # what earlier tests left to the collector
         return len(os.listdir("/proc/self/fd"))
 
     def segments():

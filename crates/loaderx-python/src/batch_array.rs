@@ -6,7 +6,7 @@
 //! from (its loader's, or zrecord's shared one) for the next batch.
 
 use numpy::ndarray::ArrayView1;
-use numpy::PyArray1;
+use numpy::{PyArray1, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use zrecord::BatchBuffer;
 
@@ -28,6 +28,23 @@ impl BatchMemory {
         #[cfg(not(unix))]
         return None;
     }
+
+    /// A number naming that shared memory file, the same for every batch
+    /// recycled from it and never given to another file of this process
+    /// (a worker process keeps its mapping by it); None for private memory.
+    #[getter]
+    fn shared_id(&self) -> Option<u64> {
+        self.buffer.shared_id()
+    }
+}
+
+/// The address of `array`'s first byte: where in a shared mapping an array
+/// lies, without building `__array_interface__` (a dict) for each array of
+/// each batch.
+#[pyfunction]
+pub(crate) fn array_address(array: &Bound<'_, PyUntypedArray>) -> usize {
+    // SAFETY: a live array object's struct, read for its data pointer.
+    unsafe { (*array.as_array_ptr()).fields.data as usize }
 }
 
 /// A writable 1-D uint8 array over `buffer`'s bytes.

@@ -23,7 +23,7 @@ mod _native {
     use pyo3::prelude::*;
 
     #[pymodule_export]
-    use crate::batch_array::BatchMemory;
+    use crate::batch_array::{array_address, BatchMemory};
     #[pymodule_export]
     use crate::collection::{Collection, CollectionWriter};
     #[pymodule_export]

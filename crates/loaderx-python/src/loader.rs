@@ -67,6 +67,62 @@ impl Loader {
     fn lock_pending(&self) -> MutexGuard<'_, Option<Batch>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The next batch, waiting for it with `wait` (else None when it is not
+    /// finished yet); None once closed or past the pass's end.
+    fn take<'py>(&self, py: Python<'py>, wait: bool) -> PyResult<Option<NativeBatch<'py>>> {
+        // (`is_closed` first: it takes no lock in a forked child.)
+        let pending = match self.inner.is_closed() {
+            true => None,
+            false => self.lock_pending().take(),
+        };
+        let batch = match pending {
+            Some(batch) => batch,
+            None => loop {
+                let slice = if wait { WAIT_SLICE } else { Duration::ZERO };
+                match py.detach(|| self.inner.next_timeout(slice)) {
+                    Ok(Some(batch)) => break batch,
+                    Ok(None) if wait => py.check_signals()?,
+                    Ok(None) => return Ok(None),
+                    Err(LoaderError::Closed | LoaderError::PassEnded { .. }) => return Ok(None),
+                    Err(e) => return Err(error::loader(e)),
+                }
+            },
+        };
+        // A signal that arrived while the batch was being made is handled
+        // now, while the batch can still be kept, rather than by the
+        // interpreter right after this call returns, which would drop it.
+        if let Err(e) = py.check_signals() {
+            *self.lock_pending() = Some(batch);
+            return Err(e);
+        }
+        // The buffers become numpy arrays without a copy.
+        let buffers = PyList::empty(py);
+        // A ragged buffer comes with its records' lengths, a blanking image
+        // stream's with whether each slot was decoded.
+        let marks = batch.lengths.into_iter().zip(batch.decoded);
+        for (buffer, (lengths, decoded)) in batch.buffers.into_iter().zip(marks) {
+            let bytes = batch_array::into_array(py, buffer)?;
+            let mark = match (lengths, decoded) {
+                (Some(lengths), _) => Some(PyArray1::from_vec(py, lengths).into_any()),
+                (None, Some(decoded)) => Some(PyArray1::from_vec(py, decoded).into_any()),
+                (None, None) => None,
+            };
+            match mark {
+                None => buffers.append(bytes)?,
+                Some(mark) => buffers.append(PyTuple::new(py, [bytes.into_any(), mark])?)?,
+            }
+        }
+        let sources = batch
+            .sources
+            .map(|sources| PyArray1::from_vec(py, sources.into_iter().map(|s| s as i32).collect()));
+        Ok(Some((
+            batch.step,
+            PyArray1::from_vec(py, batch.indices),
+            buffers,
+            sources,
+        )))
+    }
 }
 
 /// The records a stream reads: a `Zrecord`'s store or a `Collection`.
@@ -159,55 +215,15 @@ impl Loader {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<NativeBatch<'py>>> {
-        // (`is_closed` first: it takes no lock in a forked child.)
-        let pending = match self.inner.is_closed() {
-            true => None,
-            false => self.lock_pending().take(),
-        };
-        let batch = match pending {
-            Some(batch) => batch,
-            None => loop {
-                match py.detach(|| self.inner.next_timeout(WAIT_SLICE)) {
-                    Ok(Some(batch)) => break batch,
-                    Ok(None) => py.check_signals()?,
-                    Err(LoaderError::Closed | LoaderError::PassEnded { .. }) => return Ok(None),
-                    Err(e) => return Err(error::loader(e)),
-                }
-            },
-        };
-        // A signal that arrived while the batch was being made is handled
-        // now, while the batch can still be kept, rather than by the
-        // interpreter right after this call returns, which would drop it.
-        if let Err(e) = py.check_signals() {
-            *self.lock_pending() = Some(batch);
-            return Err(e);
-        }
-        // The buffers become numpy arrays without a copy.
-        let buffers = PyList::empty(py);
-        // A ragged buffer comes with its records' lengths, a blanking image
-        // stream's with whether each slot was decoded.
-        let marks = batch.lengths.into_iter().zip(batch.decoded);
-        for (buffer, (lengths, decoded)) in batch.buffers.into_iter().zip(marks) {
-            let bytes = batch_array::into_array(py, buffer)?;
-            let mark = match (lengths, decoded) {
-                (Some(lengths), _) => Some(PyArray1::from_vec(py, lengths).into_any()),
-                (None, Some(decoded)) => Some(PyArray1::from_vec(py, decoded).into_any()),
-                (None, None) => None,
-            };
-            match mark {
-                None => buffers.append(bytes)?,
-                Some(mark) => buffers.append(PyTuple::new(py, [bytes.into_any(), mark])?)?,
-            }
-        }
-        let sources = batch
-            .sources
-            .map(|sources| PyArray1::from_vec(py, sources.into_iter().map(|s| s as i32).collect()));
-        Ok(Some((
-            batch.step,
-            PyArray1::from_vec(py, batch.indices),
-            buffers,
-            sources,
-        )))
+        self.take(py, true)
+    }
+
+    /// The next batch if it is finished now, else None (also when the
+    /// loader is closed or its pass is over, which the next iteration
+    /// reports): what a caller with other work in hand takes without
+    /// waiting.
+    fn next_ready<'py>(&self, py: Python<'py>) -> PyResult<Option<NativeBatch<'py>>> {
+        self.take(py, false)
     }
 
     /// Stops and joins the worker threads and releases the stores. Returns

@@ -319,6 +319,13 @@ impl BatchBuffer {
         self.memory.shared.as_ref().map(SharedMemory::fd)
     }
 
+    /// A number that names the shared memory file holding the buffer's
+    /// bytes, the same for every buffer recycled from that file and never
+    /// given to another file of this process; `None` for heap memory.
+    pub fn shared_id(&self) -> Option<u64> {
+        self.memory.shared.as_ref().map(SharedMemory::id)
+    }
+
     /// Number of bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -537,6 +544,8 @@ mod tests {
         );
         assert!(BatchBuffer::new(1 << 20).unwrap().shared_fd().is_none());
         let fd = big.shared_fd().expect("a big buffer is a shared file");
+        let id = big.shared_id().expect("and has a number");
+        assert!(small.shared_id().is_none());
         for (k, b) in big.iter_mut().enumerate() {
             *b = (k % 251) as u8;
         }
@@ -556,6 +565,9 @@ mod tests {
         let again = BatchBuffer::new_in(&recycler, 1 << 20).unwrap();
         assert_eq!(again.as_ptr(), ptr, "a shared buffer is recycled");
         assert_eq!(again.shared_fd(), Some(fd), "with its file");
+        assert_eq!(again.shared_id(), Some(id), "and its number");
+        let other_file = BatchBuffer::new_in(&recycler, 1 << 20).unwrap();
+        assert_ne!(other_file.shared_id(), Some(id), "which no other file has");
         assert_eq!(other[5], 5, "which other mappings keep seeing");
     }
 

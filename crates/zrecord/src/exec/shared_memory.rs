@@ -11,6 +11,10 @@
 
 use std::fs::File;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The source of [`SharedMemory::id`]s.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// A shared memory file of a fixed length and this process's mapping of
 /// all of it; both go when it is dropped.
@@ -20,6 +24,9 @@ pub(crate) struct SharedMemory {
     // no SharedMemory is ever made (`nameless_file` gives None).
     #[cfg_attr(not(unix), allow(dead_code))]
     file: File,
+    /// A number no other shared memory file of this process has had: what
+    /// a worker process knows the file by, without an `fstat` each batch.
+    id: u64,
 }
 
 impl SharedMemory {
@@ -33,7 +40,8 @@ impl SharedMemory {
         // Another process that maps it may write its bytes, which the
         // buffer's owner allows as it allows writes through the buffer.
         let map = unsafe { memmap2::MmapMut::map_mut(&file) }.ok()?;
-        Some(SharedMemory { map, file })
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Some(SharedMemory { map, file, id })
     }
 
     /// The start of the mapping (page aligned).
@@ -46,6 +54,11 @@ impl SharedMemory {
     pub(crate) fn fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
         self.file.as_raw_fd()
+    }
+
+    /// This file's number, unique in this process for its whole life.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 }
 
@@ -60,7 +73,6 @@ fn nameless_file() -> Option<File> {
 
 #[cfg(all(unix, not(target_os = "linux")))]
 fn nameless_file() -> Option<File> {
-    use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let path = std::env::temp_dir().join(format!(
         "loaderx-batch-{}-{}",

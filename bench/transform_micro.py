@@ -1,0 +1,64 @@
+"""One pass-through configuration, timed with the CPU it costs: what
+bench/README.md ("Transforms in processes") quotes.
+
+    bench/.venv/bin/python bench/transform_micro.py MODE BATCH [WORKERS]
+
+MODE is `none` (no transform), `thread` or `process` (`transform=identity`
+on WORKERS transform threads or processes, 2 by default). Reads the table
+that `bash bench/run.sh transforms` converts (bench/out/transform-bench);
+gathers shuffled batches of BATCH samples on 2 native workers for 1 s
+untimed, then 3 s timed, and prints samples per second and the CPU time a
+batch cost, this process's and its worker processes' together (and theirs
+alone). Alternate the modes a few times: single runs move by ±10 %.
+"""
+
+import multiprocessing
+import os
+import sys
+import time
+
+import loaderx
+
+TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "transform-bench",
+                     "fashion-mnist")
+
+
+def identity(batch):
+    return batch
+
+
+def cpu_seconds():
+    """(this process's CPU seconds, its live children's)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children = 0.0
+    for child in multiprocessing.active_children():
+        with open(f"/proc/{child.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        children += (int(fields[11]) + int(fields[12])) / tick
+    return sum(os.times()[:2]), children
+
+
+def main():
+    mode, size = sys.argv[1], int(sys.argv[2])
+    workers = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    kw = {} if mode == "none" else dict(transform=identity, transform_workers=workers,
+                                        transform_mode=mode)
+    with loaderx.DataLoader(loaderx.Table(TABLE, read_only=True), batch_size=size,
+                            num_workers=2, mode=loaderx.Sampler.Mode.SHUFFLE, **kw) as loader:
+        next(loader)
+        t = time.perf_counter()
+        while time.perf_counter() - t < 1:
+            next(loader)
+        own, children = cpu_seconds()
+        n, t = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - t) < 3:
+            next(loader)
+            n += 1
+        own2, children2 = cpu_seconds()
+    total = (own2 - own + children2 - children) / n * 1e6
+    print(f"{mode:8s} batch {size}: {n * size / elapsed / 1e6:.2f} M samples/s, "
+          f"CPU {total:.0f} µs a batch (worker processes {(children2 - children) / n * 1e6:.0f})")
+
+
+if __name__ == "__main__":
+    main()
