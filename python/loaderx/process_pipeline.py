@@ -169,22 +169,20 @@ class ProcessPipeline:
         `wait`, else only when it is finished) and hands it to an idle
         process if there is one; False when there was no batch to take.
         Raises StopIteration once closed."""
-        if wait:
-            try:
-                item, error = next(self.native), None
-            except StopIteration:
+        try:
+            item = next(self.native) if wait else self.native.next_ready()
+        except StopIteration:
+            raise
+        except BaseException as e:
+            if self.native.next_step == self.next_take:
+                # Interrupted (a signal handler's exception): the native
+                # loader keeps the batch for its next call.
                 raise
-            except BaseException as e:
-                if self.native.next_step == self.next_take:
-                    raise  # interrupted: nothing consumed
-                item, error = None, e
+            item, error = None, e  # the step's gather failed
         else:
-            try:
-                item, error = self.native.next_ready(), None
-            except Exception as e:  # noqa: BLE001: the step's gather failed
-                item, error = None, e
-            if item is None and error is None:
+            if item is None:
                 return False
+            error = None
         step = self.next_take
         # No call between these statements.
         self.next_take = step + 1

@@ -251,6 +251,65 @@ def test_an_interrupted_wait_for_a_process_loses_no_step(streams):
         same(w, g)
 
 
+class InterruptedOnce:
+    """A native loader whose batch (its step number) is kept back once by
+    an interruption: the call raises and the step is not consumed, as the
+    native loader does when a signal handler raises while it hands a batch
+    over (here TimeoutError, as a handler of SIGALRM might raise)."""
+
+    def __init__(self, interrupt_at):
+        self.next_step = 0
+        self.interrupt_at = interrupt_at
+
+    def _take(self):
+        if self.next_step == self.interrupt_at:
+            self.interrupt_at = None
+            raise TimeoutError("interrupted")
+        step, self.next_step = self.next_step, self.next_step + 1
+        return step
+
+    def __next__(self):
+        return self._take()
+
+    def next_ready(self):
+        return self._take()
+
+    def close(self):
+        pass
+
+
+def add_one(batch, seeds):
+    return {"s": batch["s"] + 1}
+
+
+@pytest.mark.parametrize("interrupt_at", [0, 1, 2, 3])
+def test_an_interruption_that_keeps_the_native_batch_shifts_no_step(interrupt_at):
+    # Whether the interrupted take was waiting (the step delivered next) or
+    # not (a process being refilled), the step is taken again, not counted
+    # as failed: every later step still gets its own batch.
+    from loaderx.process_pipeline import ProcessPipeline
+
+    processes = loaderx.transform_processes.TransformProcesses(add_one, 2, None)
+    pipeline = ProcessPipeline(
+        InterruptedOnce(interrupt_at),
+        prepare=lambda step: ({"s": np.array([step])}, None, step),
+        finish=lambda batch, step: (step, int(batch["s"][0])),
+        processes=processes,
+    )
+    try:
+        got = []
+        while len(got) < 6:
+            try:
+                step, thunk = pipeline.take()
+            except TimeoutError:
+                continue
+            got.append((step, thunk()))
+        assert got == [(k, (k, k + 1)) for k in range(6)]
+    finally:
+        pipeline.close()
+        processes.close()
+
+
 def test_a_finite_padded_pass_ends_with_processes_as_with_threads(streams):
     kw = dict(batch_size=50, epochs=2, last_batch="pad", transform=square_sum)
     with loader(streams, **kw) as threads:
