@@ -230,3 +230,11 @@ class ProcessPipeline:
             return
         self.stop()
         self.native.close()
+        # The batches in flight go now, unless a consumer is inside take()
+        # (it leaves at once, and they go with this object); a signal
+        # handler that closes the loader inside take() must not wait here.
+        if self.lock.acquire(blocking=False):
+            try:
+                self.in_flight.clear()
+            finally:
+                self.lock.release()

@@ -612,6 +612,9 @@ class _Process:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
+        # The batch it held goes now (its shared buffers and descriptors),
+        # not when the collector breaks the cycle with its owner.
+        self.shared = self.owner = None
         self.sock.close()
         self.inp.close()
         self.out.close()
