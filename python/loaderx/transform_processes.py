@@ -33,7 +33,6 @@ waits), and on Linux at once when the parent process dies
 
 from __future__ import annotations
 
-import array
 import atexit
 import collections
 import functools
@@ -91,10 +90,8 @@ _HEADER = struct.Struct("<QQQQ")
 #: Batch numbers, unique in this process: a process takes each once.
 _SEQUENCE = itertools.count(1)
 
-#: Most descriptors one message carries (a batch's new shared buffers),
-#: and the room they take.
+#: Most descriptors one message carries (a batch's new shared buffers).
 _MAX_FDS = 64
-_ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
 
 #: Where a packed array is: in the arena its writer wrote it to, or in
 #: the arena that the batch came in (a result passed through); from
@@ -312,7 +309,7 @@ def _walk(v: Any, place: Place, copies: list[tuple[np.ndarray, int]]) -> Any:
 
 
 def unpack(kind: int, tree: Any, memories: dict[int, Any], copy: bool) -> Any:
-    """The value `pack` packed, its arrays views of `memories[where]` (an
+    """The value that `layout` and `write` packed, its arrays views of `memories[where]` (an
     mmap or an array), or, with `copy`, copies of those in the arenas
     (which are reused)."""
     if kind == _FLAT:
@@ -402,12 +399,11 @@ def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any]
     while True:
         try:
             try:
-                header, ancillary, _, _ = sock.recvmsg(_HEADER.size, _ANCILLARY)
+                header, fds, _, _ = socket.recv_fds(sock, _HEADER.size, _MAX_FDS)
             except BlockingIOError:
                 if os.getppid() != parent:
                     return
                 continue
-            fds = _descriptors(ancillary)
             if len(header) != _HEADER.size:
                 return  # the socket closed
             seq, size, at, length = _HEADER.unpack(header)
@@ -455,15 +451,6 @@ def _wait_slices(sock: socket.socket, seconds: float) -> None:
     whole = int(seconds)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
                     struct.pack("@ll", whole, int((seconds - whole) * 1e6)))
-
-
-def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
-    """The descriptors a message carried (SCM_RIGHTS)."""
-    fds = array.array("i")
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    return list(fds)
 
 
 def _portable(error: BaseException) -> tuple[Any, str]:
