@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every check the project has, in the order CI runs them:
 #   setup -> cargo fmt --check -> clippy -D warnings -> cargo test (debug)
-#   -> cargo test (release) -> fuzz targets (corpus replay, 10 s each)
+#   -> cargo test (release) -> fuzz targets (unoptimised build; corpus
+#   replay, 10 s each)
 #   -> foreign targets (cargo check for macOS, Windows,
 #   aarch64) -> wheels and sdist into dist/ -> extras the tests need
 #   (ml_dtypes, Pillow, tqdm) and real data (elpv-dataset, Fashion-MNIST,
@@ -43,7 +44,7 @@ step fmt cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test (debug)" cargo test --workspace
 step "cargo test (release)" cargo test --workspace --release
-step fuzz env FUZZ_SECONDS=10 bash scripts/fuzz.sh
+step fuzz env FUZZ_SECONDS=10 FUZZ_PROFILE=dev bash scripts/fuzz.sh
 step "foreign targets" bash scripts/check-targets.sh
 step wheels bash scripts/build-wheels.sh
 
