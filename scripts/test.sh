@@ -40,7 +40,7 @@ step() {
 }
 
 step setup bash scripts/setup.sh
-step fmt cargo fmt --all --check
+step fmt bash -c "cargo fmt --all --check && cargo fmt --all --check --manifest-path fuzz/Cargo.toml"
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test (debug)" cargo test --workspace
 step "cargo test (release)" cargo test --workspace --release

@@ -36,7 +36,11 @@ fuzz_target!(|data: &[u8]| {
     let options = StoreOptions {
         create: false,
         chunk_capacity: FUZZ_CHUNK_CAPACITY,
-        checksums: if with_checksums(&image) { Checksums::On } else { Checksums::Off },
+        checksums: if with_checksums(&image) {
+            Checksums::On
+        } else {
+            Checksums::Off
+        },
         ..StoreOptions::default()
     };
     let Ok(mut store) = Store::open_with(&path, &options) else {

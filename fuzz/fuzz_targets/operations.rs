@@ -192,7 +192,11 @@ fn run(input: Input) {
         dir: tempfile::tempdir().unwrap(),
         options: StoreOptions {
             chunk_capacity: capacity,
-            checksums: if input.checksums { Checksums::On } else { Checksums::Off },
+            checksums: if input.checksums {
+                Checksums::On
+            } else {
+                Checksums::Off
+            },
             io_hook: Some(hook.clone()),
             ..StoreOptions::default()
         },

@@ -13,8 +13,8 @@ pub mod common;
 
 use zrecord::layout::entry_offset;
 use zrecord::{
-    chunk_file_name, Store, CHECKSUM_FILE_NAME, JOURNAL_FILE_NAME, MAX_RECORDS, V1_MAX_RECORD_LEN,
-    META_FILE_LEN, META_FILE_NAME,
+    chunk_file_name, Store, CHECKSUM_FILE_NAME, JOURNAL_FILE_NAME, MAX_RECORDS, META_FILE_LEN,
+    META_FILE_NAME, V1_MAX_RECORD_LEN,
 };
 
 /// Table entries carried by an image; the rest of the table is zeros, as in
