@@ -42,8 +42,6 @@ step() {
 }
 
 step setup bash scripts/setup.sh
-step fmt bash -c "cargo fmt --all --check && cargo fmt --all --check --manifest-path fuzz/Cargo.toml"
-step clippy cargo clippy --workspace --all-targets -- -D warnings
 # The test inputs (extras, real data, loaderx 0.5.0, JAX) download beside
 # the builds, in a process group of their own that stops with this script.
 INPUTS_LOG=target/test-inputs.log
@@ -52,6 +50,8 @@ setsid --wait bash scripts/test-inputs.sh >"$INPUTS_LOG" 2>&1 </dev/null &
 INPUTS=$!
 echo "==> [$((SECONDS - START))s] test inputs: bash scripts/test-inputs.sh, in the background (log: $INPUTS_LOG)"
 
+step fmt bash -c "cargo fmt --all --check && cargo fmt --all --check --manifest-path fuzz/Cargo.toml"
+step clippy cargo clippy --workspace --all-targets -- -D warnings
 # No --workspace: the binding crate (loaderx-python) has no Rust tests;
 # clippy covers it, and the Python tests test it.
 step "cargo test (debug)" cargo test
