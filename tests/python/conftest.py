@@ -27,6 +27,13 @@ def run_hosts(script, argvs, timeout=120):
     return results
 
 
+def copy_store(src, dst):
+    """Copies a store (or any folder) keeping its files sparse: a `meta.zr`
+    is 256 MiB of which a fresh store writes a few pages, and a plain copy
+    writes every zero."""
+    subprocess.run(["cp", "-R", "--sparse=always", str(src), str(dst)], check=True)
+
+
 def random_bytes(seed, n):
     return np.random.default_rng(seed).integers(0, 256, size=n, dtype=np.uint8)
 

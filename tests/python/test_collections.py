@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 
+from conftest import copy_store, run_hosts
 from loaderx import (BytesDataset, Collection, CollectionWriter, DataLoader, Dataset, Sampler,
                      StoreBusyError)
 
@@ -151,15 +152,13 @@ def test_hosts_that_hold_a_part_cover_the_whole_dataset_each_epoch(tmp_path):
     every sample exactly once."""
     import json
     import shutil
-    import subprocess
-    import sys
 
     path = tmp_path / "all"
     ids = np.arange(600, dtype=np.int32)
     Dataset.write(path, np.stack([ids, 2 * ids], axis=1), shard_records=50).close()
     names = Collection.published(path)
     assert len(names) == 12
-    seen = []
+    argvs = []
     for host in range(3):
         mine = names[host::3]
         local = tmp_path / f"host{host}"
@@ -168,12 +167,10 @@ def test_hosts_that_hold_a_part_cover_the_whole_dataset_each_epoch(tmp_path):
             if f.is_file():
                 shutil.copy(f, local / f.name)
         for name in mine:
-            shutil.copytree(path / name, local / name)
-        other = names[(host + 1) % 3]
-        out = subprocess.run([sys.executable, "-c", HOST, str(local), json.dumps(mine), other],
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr[-2000:]
-        got = json.loads(out.stdout)
+            copy_store(path / name, local / name)
+        argvs.append([local, json.dumps(mine), names[(host + 1) % 3]])
+    seen = []
+    for got in run_hosts(HOST, argvs):
         assert len(got) == 200
         seen += got
     assert sorted(seen) == list(range(600))

@@ -12,6 +12,7 @@ import multiprocessing
 import numpy as np
 import pytest
 
+from conftest import copy_store
 from loaderx import Collection, DataLoader, RaggedDataset, Sampler, Table
 from loaderx.table_shards import ShardWriter, collections
 
@@ -211,15 +212,13 @@ def test_a_delete_cut_off_between_streams_is_finished_by_the_next_open(tmp_path)
     """The journal in table.json is written before any store changes; a
     crash after some streams deleted leaves the table to be finished by the
     next handle that can write, to the rows an uncut delete leaves."""
-    import shutil
-
     from loaderx.table import read_manifest, write_manifest
     from loaderx.table_shards import plan_delete
     from loaderx import Zrecord
 
     cols = columns(200)
     Table.write(tmp_path / "t", cols, shard_rows=50).close()
-    shutil.copytree(tmp_path / "t", tmp_path / "whole")
+    copy_store(tmp_path / "t", tmp_path / "whole")
     rows = [3, 49, 50, 120, 199]
     with Table(tmp_path / "whole") as whole:
         whole.delete(rows)
