@@ -25,6 +25,10 @@ impl IoHook for KeepJournal {
     }
 }
 
+/// Stores written per codec: plain, after a delete, with a kept delete
+/// journal, with checksums.
+const VARIANTS: u8 = 4;
+
 fn records(seed: u64, n: usize) -> Vec<Vec<u8>> {
     let mut x = seed | 1;
     (0..n)
@@ -54,7 +58,7 @@ fn main() {
         .unwrap_or_else(|| "corpus/open_and_gather".into());
     std::fs::create_dir_all(&out).unwrap();
     for (s, codec) in Codec::ALL.into_iter().enumerate() {
-        for variant in 0..4u8 {
+        for variant in 0..VARIANTS {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("s.zr");
             let hook = Arc::new(KeepJournal(AtomicBool::new(false)));
@@ -100,5 +104,8 @@ fn main() {
             std::fs::write(name, bytes).unwrap();
         }
     }
-    println!("wrote {} seeds to {out}", Codec::ALL.len() * 4);
+    println!(
+        "wrote {} seeds to {out}",
+        Codec::ALL.len() * VARIANTS as usize
+    );
 }
