@@ -317,9 +317,7 @@ impl Collection {
     /// Each index's shard and index within it, in one pass with the shards'
     /// places kept in a scratch list of the calling thread.
     fn resolve(&self, idxs: &[u64]) -> Result<Resolved> {
-        if let Some(&bad) = idxs.iter().find(|&&i| i >= self.len()) {
-            return Err(self.out_of_range(bad));
-        }
+        let len = self.len();
         SHARD_PLACES.with_borrow_mut(|places| {
             if places.len() < self.names.len() {
                 places.resize(self.names.len(), 0);
@@ -329,6 +327,12 @@ impl Collection {
             let mut locals = Vec::with_capacity(idxs.len());
             let starts = self.index.starts();
             for &index in idxs {
+                if index >= len {
+                    for &s in &shards {
+                        places[s] = 0;
+                    }
+                    return Err(self.out_of_range(index));
+                }
                 let s = self.index.shard_of(index);
                 if places[s] == 0 {
                     shards.push(s);
@@ -423,8 +427,10 @@ impl Collection {
     /// Records that are each exactly `stride` bytes (a dataset's samples),
     /// record `k` into `dst[k * stride..]`.
     pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
-        let slots: Vec<usize> = (0..idxs.len()).collect();
-        self.gather_exact_at(idxs, dst, stride, &slots)
+        let offsets: Vec<u64> = (0..idxs.len() as u64)
+            .map(|k| k.saturating_mul(stride as u64))
+            .collect();
+        self.gather_at(idxs, &offsets, dst, Some(stride as u64))
     }
 
     /// As [`Collection::gather_exact`], record `k` into slot `slots[k]`

@@ -24,7 +24,24 @@ use crate::format::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
 /// How much of a record `prefetch` asks for: decoders read a record's start
 /// one dependent step after another, so its first cache lines are what a
 /// miss stalls on; past them the hardware prefetcher follows the stream.
-const PREFETCH_LIMIT: u32 = 1024;
+const PREFETCH_LIMIT: usize = 1024;
+
+/// Asks the CPU to start loading the first bytes of `stored` (a record's
+/// stored bytes, read from a mapping) into its cache. A hint only: it never
+/// faults. On x86-64 only; elsewhere it does nothing.
+pub fn prefetch(stored: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in stored[..stored.len().min(PREFETCH_LIMIT)].chunks(64) {
+        // SAFETY: a prefetch reads nothing architecturally and cannot
+        // fault; the address lies inside a live slice anyway.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = stored;
+}
 
 /// Ending of every chunk file's name, after the chunk number in decimal
 /// (docs/FORMAT.md, "Chunk files").
@@ -115,15 +132,18 @@ impl ChunkFile {
     /// The stored bytes `offset..offset + len`, or `None` when the file is
     /// shorter than that (a corrupt table entry or a truncated file).
     pub fn read(&self, offset: u32, len: u32) -> Option<&[u8]> {
-        let end = offset as u64 + len as u64;
-        if end > self.known_size() {
+        self.read_known(offset, len).or_else(|| {
             // Another process may have grown the file since we looked.
-            let now = self.refresh_size().ok()?;
-            if end > now {
-                return None;
-            }
-        }
-        Some(&self.map[offset as usize..end as usize])
+            let end = offset as u64 + len as u64;
+            (end <= self.refresh_size().ok()?).then(|| &self.map[offset as usize..end as usize])
+        })
+    }
+
+    /// [`ChunkFile::read`] within the size last looked at, without looking
+    /// again: `None` for bytes past it.
+    pub fn read_known(&self, offset: u32, len: u32) -> Option<&[u8]> {
+        let end = offset as u64 + len as u64;
+        (end <= self.known_size()).then(|| &self.map[offset as usize..end as usize])
     }
 
     /// Asks the kernel to start reading `offset..offset + len` into the page
@@ -138,30 +158,6 @@ impl ChunkFile {
                 .advise_range(Advice::WillNeed, offset as usize, len as usize);
         }
         #[cfg(not(unix))]
-        let _ = (offset, len);
-    }
-
-    /// Asks the CPU to start loading the first bytes of `offset..offset +
-    /// len` into its cache. A hint only: it never faults, and it is skipped
-    /// for bytes not known to be in the file. On x86-64 only; elsewhere it
-    /// does nothing.
-    pub fn prefetch(&self, offset: u32, len: u32) {
-        let len = len.min(PREFETCH_LIMIT);
-        #[cfg(target_arch = "x86_64")]
-        if offset as u64 + len as u64 <= self.size.load(Ordering::Relaxed) {
-            for line in (0..len as usize).step_by(64) {
-                // SAFETY: the address lies inside the mapping (checked
-                // above); a prefetch reads nothing architecturally and
-                // cannot fault.
-                unsafe {
-                    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        self.map.as_ptr().add(offset as usize + line).cast(),
-                    );
-                }
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
         let _ = (offset, len);
     }
 

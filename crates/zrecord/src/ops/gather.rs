@@ -17,6 +17,7 @@ use crate::exec::shard_crew::{participants, run_shards, MAX_SHARDS};
 use crate::exec::streaming_copy::RawCopy;
 use crate::files::change_watch::{poll, Check, Polled};
 use crate::files::checksum_file::ChecksumFile;
+use crate::files::chunk_file::{prefetch, ChunkFile};
 use crate::format::checksums::Verdict;
 use crate::format::codec::{decode, Codec};
 use crate::format::limits::{MAX_CHUNKS, V1_MAX_RECORD_LEN};
@@ -50,6 +51,17 @@ fn work(loc: &RecordLoc) -> u64 {
 
 /// How many records ahead of the one being decoded a worker prefetches.
 const PREFETCH_DISTANCE: usize = 2;
+
+/// Prefetches the stored bytes of the record [`PREFETCH_DISTANCE`] places
+/// after position `r` of a run's `ready` bytes ([`Sources::ready`]), so
+/// that its cache misses overlap the decoding of the records before it
+/// instead of stalling it. (Measured on Fashion-MNIST with LZ4:
+/// bench/README.md, "Prefetching".)
+fn prefetch_ahead(ready: &[Option<&[u8]>], r: usize) {
+    if let Some(Some(ahead)) = ready.get(r + PREFETCH_DISTANCE) {
+        prefetch(ahead);
+    }
+}
 
 /// Runs `block` over consecutive runs of a batch's `items` positions that
 /// together cover it, spread over the caller and the shard crew when the
@@ -139,18 +151,60 @@ impl Sources<'_> {
         self.which.map_or(0, |which| which[k] as usize)
     }
 
+    /// For each position of `range`, the stored bytes of its record when a
+    /// read needs nothing but to decode them ([`Store::ready_bytes`]), so
+    /// that the copy loop after it finds them without going through the
+    /// record's store. A batch over many shards reaches each record through
+    /// a different store, whose chunk table, mapping and checksum marks are
+    /// rarely still in the CPU's caches and TLB; looked up here, in a loop
+    /// of loads alone, their misses overlap instead of stalling each copy.
+    fn ready(&self, locs: &[RecordLoc], range: Range<usize>) -> Vec<Option<&[u8]>> {
+        range
+            .map(|k| self.store(k).ready_bytes(self.locals[k], &locs[k]))
+            .collect()
+    }
+
+    /// Decodes the record at position `k`, stored at `loc`, into `slot`:
+    /// straight from `ready` (its entry of [`Sources::ready`]) when it
+    /// holds the bytes, else by the full path of [`Store::decode_into`].
+    fn decode(
+        &self,
+        k: usize,
+        loc: RecordLoc,
+        ready: Option<&[u8]>,
+        slot: &mut [u8],
+        raw_copy: RawCopy,
+    ) -> Result<()> {
+        let store = self.store(k);
+        match ready {
+            Some(stored) => store
+                .decode_stored(self.locals[k], loc, stored, slot, false, raw_copy)
+                .map(drop),
+            None => store.decode_into(self.locals[k], loc, slot, raw_copy),
+        }
+    }
+
     /// [`Sources::entries`], then a check that each record ends inside
     /// its chunk file, made once per chunk with the record that ends last
     /// in it. Returns the entries, in batch order.
     fn locate(&self) -> Result<Vec<RecordLoc>> {
         let (locs, looks) = self.entries()?;
+        // Where no change was seen, a chunk's known size can only be short
+        // of the file (appended to since), never past it, and the decode
+        // reads each record below it ([`ChunkFile::read`]): only the chunks
+        // of stores whose files must be looked at are checked here.
+        if !looks.contains(&true) {
+            return Ok(locs);
+        }
         // (chunk, end, position) of the record that ends last: per store
         // in the first chunk it reads, and in `others` for further chunks
         // (a store bigger than one chunk file).
         let mut firsts: Vec<Option<(u16, u64, usize)>> = vec![None; self.stores.len()];
         let mut others: Vec<(usize, (u16, u64, usize))> = Vec::new();
         // An empty record reads no byte, wherever its offset points.
-        for (k, loc) in locs.iter().enumerate().filter(|(_, l)| l.phys_length > 0) {
+        let looked_at =
+            |(k, loc): &(usize, &RecordLoc)| loc.phys_length > 0 && looks[self.which(*k)];
+        for (k, loc) in locs.iter().enumerate().filter(looked_at) {
             let (w, end) = (self.which(k), loc.end());
             let last = match &mut firsts[w] {
                 None => {
@@ -178,7 +232,7 @@ impl Sources<'_> {
             .filter_map(|(w, first)| Some((w, first?)))
             .chain(others);
         for (w, (_, _, k)) in lasts {
-            self.stores[w].check_chunk_size(self.locals[k], &locs[k], looks[w])?;
+            self.stores[w].check_chunk_size(self.locals[k], &locs[k])?;
         }
         Ok(locs)
     }
@@ -278,17 +332,15 @@ pub(crate) fn gather_records(
         ptr: dst.as_mut_ptr(),
     };
     let block = |range: Range<usize>| -> Result<()> {
-        for k in range {
-            if let Some(ahead) = locs.get(k + PREFETCH_DISTANCE) {
-                src.store(k + PREFETCH_DISTANCE).prefetch(ahead);
-            }
+        let ready = src.ready(&locs, range.clone());
+        for (r, k) in range.enumerate() {
+            prefetch_ahead(&ready, r);
             let loc = locs[k];
             // SAFETY: the range lies inside `dst` and overlaps no other
             // record's range (both checked above for this very `loc`), and
             // `dst` is borrowed mutably for the whole call.
             let slot = unsafe { shared.slot(offsets[k] as usize, loc.logic_length as usize) };
-            src.store(k)
-                .decode_into(src.locals[k], loc, slot, raw_copy)?;
+            src.decode(k, loc, ready[r], slot, raw_copy)?;
         }
         Ok(())
     };
@@ -365,7 +417,8 @@ impl Store {
 
     fn gather_slots(&self, idxs: &[u64], dst: &mut [u8], stride: usize, exact: bool) -> Result<()> {
         // Checked, then decoded from: the table is not read again (`locate`).
-        let locs = self.sources(idxs).locate()?;
+        let src = self.sources(idxs);
+        let locs = src.locate()?;
         let mut total = 0u64;
         for (k, loc) in locs.iter().enumerate() {
             let logic = loc.logic_length as u64;
@@ -391,20 +444,22 @@ impl Store {
         };
         let dst_len = dst.len();
         let raw_copy = RawCopy::for_batch(dst_len);
-        // Shard `k` writes the slots of its records, the last one up to the
-        // end of `dst`.
-        let block = |idxs: &[u64], locs: &[RecordLoc], first: usize| -> Result<()> {
-            let base = first * stride;
-            let end = ((first + idxs.len()) * stride).min(dst_len);
-            // SAFETY: shards cover disjoint runs of records, so disjoint
-            // byte ranges of `dst`, all inside it (checked above); `dst` is
+        // A run of records writes their slots, the last one up to the end
+        // of `dst`.
+        let block = |range: Range<usize>| -> Result<()> {
+            let base = range.start * stride;
+            let end = (range.end * stride).min(dst_len);
+            // SAFETY: runs are disjoint runs of records, so disjoint byte
+            // ranges of `dst`, all inside it (checked above); `dst` is
             // borrowed mutably for the whole call.
             let dst = unsafe { shared.slot(base, end - base) };
-            for (k, (&index, &loc)) in idxs.iter().zip(locs).enumerate() {
-                self.prefetch_ahead(locs, k);
-                let start = k * stride;
+            let ready = src.ready(&locs, range.clone());
+            for (r, k) in range.enumerate() {
+                prefetch_ahead(&ready, r);
+                let loc = locs[k];
+                let start = r * stride;
                 let end = start + loc.logic_length as usize;
-                self.decode_into(index, loc, &mut dst[start..end], raw_copy)?;
+                src.decode(k, loc, ready[r], &mut dst[start..end], raw_copy)?;
                 // Recycled batch memory holds an earlier batch's bytes: a
                 // short record's slot must not show them.
                 let slot_end = (start + stride).min(dst.len());
@@ -419,7 +474,7 @@ impl Store {
             locs.len(),
             total,
             &|| self.will_need(&locs),
-            &|range| block(&idxs[range.clone()], &locs[range.clone()], range.start),
+            &block,
         )
     }
 
@@ -471,7 +526,7 @@ impl Store {
     /// files are looked at (`fstat`) only when a change to them was seen,
     /// as of `polled`, since the last look, or at every read when they are
     /// not watched (`files/change_watch.rs`); then (the result is `true`)
-    /// the read's chunks must be looked at too ([`Store::check_chunk_sizes`]).
+    /// the read's chunks must be looked at too ([`Store::check_chunk_size`]).
     /// A truncation *during* the read is not caught (docs/reliability.md,
     /// "Files changed behind the store").
     pub(crate) fn check_files(&self, polled: &Polled) -> Result<bool> {
@@ -491,38 +546,31 @@ impl Store {
         Ok(check == Check::Unwatched)
     }
 
-    /// Checks that record `index`, stored at `loc`, ends inside its chunk
-    /// file's known size, looking at the file again (`fstat`) when it seems
-    /// not to (an append by another handle grew it) or when `look` is set.
-    /// A chunk that does not open is left to the decode, which reports it
-    /// as before.
-    fn check_chunk_size(&self, index: u64, loc: &RecordLoc, look: bool) -> Result<()> {
-        // An empty record reads no byte, wherever its offset points.
-        if loc.phys_length == 0 {
-            return Ok(());
-        }
+    /// Checks that record `index`, stored at `loc` (not empty), ends inside
+    /// its chunk file, looking at the file now (`fstat`): for a store whose
+    /// files must be looked at ([`Store::check_files`]). A chunk that does
+    /// not open is left to the decode, which reports it.
+    fn check_chunk_size(&self, index: u64, loc: &RecordLoc) -> Result<()> {
         let Ok(chunk) = self.chunks.get(loc.chunk_id) else {
             return Ok(());
         };
-        let end = loc.offset as u64 + loc.phys_length as u64;
-        let mut size = chunk.known_size();
-        if look || end > size {
-            size = chunk.refresh_size()?;
+        match loc.end() <= chunk.refresh_size()? {
+            true => Ok(()),
+            false => Err(self.past_its_chunk(index, *loc, chunk)),
         }
-        if end <= size {
-            return Ok(());
-        }
-        Err(Error::CorruptRecord {
-            path: self.path().to_path_buf(),
-            index,
-            chunk: loc.chunk_id,
-            offset: loc.offset,
-            reason: format!(
-                "its bytes end at {end}, but {} is {size} bytes: truncated while the store \
-                 was open?",
-                chunk.path().display()
-            ),
-        })
+    }
+
+    /// The error for record `index`, whose bytes at `loc` end past the size
+    /// of `chunk` as last looked at.
+    fn past_its_chunk(&self, index: u64, loc: RecordLoc, chunk: &ChunkFile) -> Error {
+        let reason = format!(
+            "its bytes end at {}, but {} is {} bytes: truncated while the store was open, or \
+             a damaged entry?",
+            loc.end(),
+            chunk.path().display(),
+            chunk.known_size()
+        );
+        self.corrupt(index as usize, loc, &reason)
     }
 
     /// Records `idxs` of this store, as a batch's sources.
@@ -541,23 +589,6 @@ impl Store {
             if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
                 chunk.will_need(loc.offset, loc.phys_length);
             }
-        }
-    }
-
-    /// Prefetches the stored bytes of the record `PREFETCH_DISTANCE` places
-    /// after position `k` of a block's `locs`, so that its cache misses
-    /// overlap the decoding of the records before it instead of stalling it.
-    /// (Measured on Fashion-MNIST with LZ4: bench/README.md, "Prefetching".)
-    fn prefetch_ahead(&self, locs: &[RecordLoc], k: usize) {
-        if let Some(loc) = locs.get(k + PREFETCH_DISTANCE) {
-            self.prefetch(loc);
-        }
-    }
-
-    /// Prefetches the stored bytes of the record at `loc`.
-    fn prefetch(&self, loc: &RecordLoc) {
-        if let Some(chunk) = self.chunks.get_opened(loc.chunk_id) {
-            chunk.prefetch(loc.offset, loc.phys_length);
         }
     }
 
@@ -605,6 +636,28 @@ impl Store {
         verify: bool,
         raw_copy: RawCopy,
     ) -> Result<Checked> {
+        let stored = self.stored_bytes(index, loc)?;
+        self.decode_stored(index, loc, stored, slot, verify, raw_copy)
+    }
+
+    /// The stored bytes of record `index` at `loc`, when it needs nothing
+    /// but a decode: its length within the format's first limit, its chunk
+    /// open and known to hold its bytes, and no checksum left to check (see
+    /// [`Store::decode_into`]). `None` sends the record down the full path
+    /// of [`Store::decode_into`], which opens, looks again and reports.
+    fn ready_bytes(&self, index: u64, loc: &RecordLoc) -> Option<&[u8]> {
+        let unchecked = self.verify_reads && !self.verified.contains(index);
+        if unchecked || loc.phys_length == 0 || loc.logic_length as usize > V1_MAX_RECORD_LEN {
+            return None;
+        }
+        self.chunks
+            .get_opened(loc.chunk_id)?
+            .read_known(loc.offset, loc.phys_length)
+    }
+
+    /// The stored bytes of record `index` at `loc`; an entry that points
+    /// outside the files or past the store's limits is a `CorruptRecord`.
+    fn stored_bytes(&self, index: u64, loc: RecordLoc) -> Result<&[u8]> {
         let corrupt = |reason: String| self.corrupt(index as usize, loc, &reason);
         if loc.logic_length as usize > V1_MAX_RECORD_LEN {
             // Past 1 MiB only in a format-2 store (read now: another
@@ -636,16 +689,26 @@ impl Store {
                 Err(e) => return Err(e),
             },
         };
-        let stored = match &chunk {
-            None => &[][..],
-            Some(chunk) => chunk.read(loc.offset, loc.phys_length).ok_or_else(|| {
-                corrupt(format!(
-                    "{} stored bytes run past the end of {}",
-                    loc.phys_length,
-                    chunk.path().display()
-                ))
-            })?,
-        };
+        match &chunk {
+            None => Ok(&[][..]),
+            Some(chunk) => chunk
+                .read(loc.offset, loc.phys_length)
+                .ok_or_else(|| self.past_its_chunk(index, loc, chunk)),
+        }
+    }
+
+    /// Decodes `stored`, record `index`'s bytes at `loc`, into `slot`, as
+    /// [`Store::decode_checked`] does.
+    fn decode_stored(
+        &self,
+        index: u64,
+        loc: RecordLoc,
+        stored: &[u8],
+        slot: &mut [u8],
+        verify: bool,
+        raw_copy: RawCopy,
+    ) -> Result<Checked> {
+        let corrupt = |reason: String| self.corrupt(index as usize, loc, &reason);
         // Decoded first, so that an entry the decoder refuses is reported
         // by what is wrong with it rather than by its checksum slot.
         let dict = match loc.codec == Codec::ZstdDict.tag() {
@@ -653,8 +716,11 @@ impl Store {
             false => None,
         };
         decode(loc.codec, stored, slot, raw_copy, dict).map_err(&corrupt)?;
+        if !verify {
+            return Ok(Checked::No);
+        }
         let expected = match &self.checksums {
-            Some(checksums) if verify => match checksums.judge(index, &loc, &self.meta.header()) {
+            Some(checksums) => match checksums.judge(index, &loc, &self.meta.header()) {
                 Verdict::Check(expected) => expected,
                 Verdict::Unchecked => return Ok(Checked::No),
                 Verdict::Corrupt(reason) => return Err(corrupt(reason)),
