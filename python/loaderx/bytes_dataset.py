@@ -40,6 +40,32 @@ def item_bytes(item: Any, kind: str) -> bytes:
     return bytes(item)
 
 
+class PackedItems:
+    """Items of a `kind` dataset held back to back in one buffer, as Arrow's
+    binary and string arrays hold them: item ``k`` is
+    ``values[offsets[k]:offsets[k + 1]]``. :func:`append_items` appends
+    them from the buffer as it is, with no object per item."""
+
+    def __init__(self, values: np.ndarray, offsets: np.ndarray, kind: str) -> None:
+        self.values = values
+        self.offsets = offsets
+        self.kind = kind
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            if step != 1:
+                raise ValueError("packed items take slices with a step of 1")
+            return PackedItems(self.values, self.offsets[start : max(start, stop) + 1],
+                               self.kind)
+        k = position(key, len(self))
+        item = self.values[self.offsets[k] : self.offsets[k + 1]].tobytes()
+        return item.decode("utf-8") if self.kind == "str" else item
+
+
 def items_of(flat: np.ndarray, lengths: np.ndarray, kind: str) -> list[Any]:
     """The items of a gathered batch: `flat` holds their bytes back to back,
     `lengths` says how many each has."""
@@ -216,6 +242,8 @@ def append_items(target: Any, items: Iterable[Any], kind: str, chunk_bytes: int,
     """Appends `items` of `kind` to `target` (a store or a collection
     writer), in groups of about `chunk_bytes`; `options` go to each append.
     Returns how many it appended."""
+    if isinstance(items, PackedItems):
+        return append_packed(target, items, kind, chunk_bytes, **options)
     group: list[bytes] = []
     group_bytes = 0
     count = 0
@@ -241,6 +269,29 @@ def append_items(target: Any, items: Iterable[Any], kind: str, chunk_bytes: int,
             flush()
     flush()
     return count
+
+
+def append_packed(target: Any, items: PackedItems, kind: str, chunk_bytes: int,
+                  **options: Any) -> int:
+    """:func:`append_items` of packed items: each group of about
+    `chunk_bytes` straight from their buffer."""
+    if items.kind != kind:
+        raise TypeError(f"a {kind} dataset takes {kind} items, not {items.kind}")
+    offsets = np.asarray(items.offsets, dtype=np.uint64)
+    lens = np.diff(offsets)
+    if len(lens) and int(lens.max()) > MAX_RECORD_LEN:
+        raise ValueError(
+            f"an item of {int(lens.max())} bytes exceeds the {MAX_RECORD_LEN} byte record limit"
+        )
+    start = 0
+    while start < len(lens):
+        # At least one item a group, then as many as fit in `chunk_bytes`.
+        stop = max(start + 1, int(np.searchsorted(offsets, offsets[start] + chunk_bytes,
+                                                  side="right")) - 1)
+        stop = min(stop, len(lens))
+        target.append_var(items.values, offsets[start:stop], lens[start:stop], **options)
+        start = stop
+    return len(lens)
 
 
 def schema_kind(value: Any) -> str:

@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
+import pyarrow as pa
 import ray.data
 from ray.data.block import BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
 from ._native import MAX_RECORDS
+from .bytes_dataset import PackedItems
 from .table import (MANIFEST, Table, check_streams, create, open_path, publish_shards,
                     table_lock)
 from .table_shards import ShardWriter
@@ -153,9 +155,38 @@ class TableDatasink(Datasink):
 
 
 def columns_of(block: Any) -> dict[str, Any]:
-    """A Ray block's columns as NumPy arrays (object arrays for strings,
-    bytes and arrays of differing shapes)."""
-    return dict(BlockAccessor.for_block(block).to_numpy())
+    """A Ray block's columns as NumPy arrays (object arrays for arrays of
+    differing shapes), and an Arrow block's binary and string columns as
+    :class:`~loaderx.bytes_dataset.PackedItems` over Arrow's own buffer:
+    as Parquet's writer takes them, with no Python object per item (an
+    object array of them, and the buffer joined from it again, cost about
+    a third of the time of writing photographs)."""
+    if not isinstance(block, pa.Table):
+        return dict(BlockAccessor.for_block(block).to_numpy())
+    packed = {name: packed_items(column.chunk(0) if column.num_chunks == 1
+                                 else column.combine_chunks())
+              for name, column in zip(block.column_names, block.columns)
+              if column.type in BINARY and column.null_count == 0}
+    rest = block.drop_columns(list(packed))
+    arrays = dict(BlockAccessor.for_block(rest).to_numpy()) if rest.num_columns else {}
+    return {name: packed[name] if name in packed else arrays[name]
+            for name in block.column_names}
+
+
+#: The item kind of each Arrow type that holds its items back to back.
+BINARY = {pa.binary(): "bytes", pa.large_binary(): "bytes", pa.string(): "str",
+          pa.large_string(): "str"}
+
+
+def packed_items(array: Any) -> PackedItems:
+    """An Arrow binary or string array (one chunk, no nulls) as packed items
+    over its buffers."""
+    kind = BINARY[array.type]
+    wide = array.type in (pa.large_binary(), pa.large_string())
+    _, offsets, values = array.buffers()
+    offsets = np.frombuffer(offsets, dtype=np.int64 if wide else np.int32)
+    values = np.frombuffer(values, dtype=np.uint8) if values is not None else np.empty(0, np.uint8)
+    return PackedItems(values, offsets[array.offset : array.offset + len(array) + 1], kind)
 
 
 class TableDatasource(Datasource):

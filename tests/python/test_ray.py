@@ -218,3 +218,58 @@ def test_a_table_of_single_stores_is_refused(cluster, tmp_path):
     with pytest.raises(Exception, match="table of single stores"):
         lxray.write(ray.data.from_items([{"label": 1}]), tmp_path / "t")
     assert loaderx.open(tmp_path / "t").rows == 5
+
+
+class _Task:
+    task_idx = 0
+
+
+def test_arrow_byte_and_string_columns_are_written_from_their_buffers(tmp_path):
+    """Binary and string columns of Arrow blocks (sliced, in several chunks,
+    32- and 64-bit offsets, empty items) reach the table as Arrow holds
+    them, without an object per item, in groups that cross shards."""
+    import pyarrow as pa
+
+    from loaderx.bytes_dataset import PackedItems, append_items
+
+    rng = np.random.default_rng(5)
+    blobs = [rng.bytes(int(n)) for n in rng.integers(0, 300, 400)]
+    texts = [f"é{i}" * (i % 4) for i in range(400)]
+    part = lambda lo, hi: pa.table({  # noqa: E731
+        "blob": pa.array(blobs[lo:hi], pa.binary()),
+        "big": pa.array(blobs[lo:hi], pa.large_binary()),
+        "text": pa.array(texts[lo:hi], pa.string()),
+        "wide": pa.array(texts[lo:hi], pa.large_string()),
+        "label": pa.array(np.arange(lo, hi)),
+    })
+    block = pa.concat_tables([part(0, 150), part(150, 400)]).slice(7, 380)
+    columns = lxray.columns_of(block)
+    assert all(isinstance(columns[n], PackedItems) for n in ("blob", "big", "text", "wide"))
+    assert list(columns) == block.column_names
+
+    sink = lxray.TableDatasink(tmp_path / "t", codec="raw", shard_rows=100, durable=False)
+    sink.on_write_start()
+    result = type("Result", (), {"write_returns": [sink.write([block], _Task())]})
+    sink.on_write_complete(result)
+    with Table(tmp_path / "t") as table:
+        assert table["blob"][:] == blobs[7:387] and table["big"][:] == blobs[7:387]
+        assert table["text"][:] == texts[7:387] and table["wide"][:] == texts[7:387]
+        assert np.array_equal(table["label"][:], np.arange(7, 387))
+        assert len(table.shards) == 4
+
+    # Groups of a few bytes each: every item still lands whole, in order.
+    store = loaderx.Zrecord(tmp_path / "s", "raw")
+    packed = PackedItems(np.frombuffer(b"".join(blobs), np.uint8),
+                         np.cumsum([0] + [len(b) for b in blobs]), "bytes")
+    assert append_items(store, packed[3:40], "bytes", 5) == 37
+    idxs = np.arange(len(store))
+    lens = store.lengths(idxs).astype(np.int64)
+    flat = np.zeros(int(lens.sum()), np.uint8)
+    store.gather_var(idxs, flat, np.cumsum(lens) - lens)
+    assert [bytes(b) for b in np.split(flat, np.cumsum(lens)[:-1])] == blobs[3:40]
+    with pytest.raises(TypeError, match="a str dataset takes str items"):
+        append_items(store, packed, "str", 1 << 20)
+    # Refused from the offsets alone, before any byte is read.
+    huge = PackedItems(np.zeros(2, np.uint8), np.array([0, loaderx.MAX_RECORD_LEN + 1]), "bytes")
+    with pytest.raises(ValueError, match="exceeds"):
+        append_items(store, huge, "bytes", 1 << 20)

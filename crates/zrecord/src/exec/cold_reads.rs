@@ -69,6 +69,12 @@ impl ColdReads {
         }
     }
 
+    /// Whether the next batch will read ahead ([`ColdReads::before`]
+    /// decides it the same way), asked before its entries are read.
+    pub(crate) fn reading_ahead(&self) -> bool {
+        self.batches_left.load(Ordering::Relaxed) > 1
+    }
+
     /// Judges the batch `check` was made for, now that it has run.
     pub(crate) fn after(&self, check: ColdCheck) {
         if let (Some(before), Some(now)) = (check.faults_before, major_faults()) {

@@ -7,11 +7,13 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::MmapRaw;
 
 use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
-use crate::files::os::{check_mapped_size, create_once, open_existing, read_exact_at};
+use crate::files::os::{
+    check_mapped_size, create_once, map_table_file, open_existing, read_exact_at,
+};
 use crate::format::checksums::{
     checksum_header, checksum_header_is_valid, checksum_slot_offset, covered_bytes, judge,
     Checksum, Verdict, CHECKSUM_COVERED_LEN, CHECKSUM_COVERED_OFFSET, CHECKSUM_FILE_LEN,
@@ -61,12 +63,7 @@ impl ChecksumFile {
                 reason: "checksums.zr has a bad magic or an unknown version".into(),
             });
         }
-        let map = if writable {
-            MmapRaw::map_raw(&file)
-        } else {
-            MmapOptions::new().map_raw_read_only(&file)
-        };
-        let map = map.map_err(io_error(&path))?;
+        let map = map_table_file(&file, &path, writable)?;
         Ok(Some(ChecksumFile {
             path,
             file,

@@ -11,11 +11,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use memmap2::{MmapOptions, MmapRaw};
+#[cfg(unix)]
+use memmap2::Advice;
+use memmap2::MmapRaw;
 
 use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
-use crate::files::os::{check_mapped_size, create_once, open_existing};
+use crate::files::os::{check_mapped_size, create_once, map_table_file, open_existing};
 use crate::format::header::{
     Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET,
     TAIL_OFFSET_OFFSET, VERSION_OFFSET,
@@ -57,12 +59,7 @@ impl MetaFile {
                 ),
             });
         }
-        let map = if writable {
-            MmapRaw::map_raw(&file)
-        } else {
-            MmapOptions::new().map_raw_read_only(&file)
-        };
-        let map = map.map_err(io_error(&path))?;
+        let map = map_table_file(&file, &path, writable)?;
         let meta = MetaFile {
             path,
             file,
@@ -199,6 +196,22 @@ impl MetaFile {
         // 16-byte aligned offset of a page-aligned mapping, so aligned for
         // RecordLoc, and every bit pattern is a valid RecordLoc.
         unsafe { std::ptr::read(self.ptr().add(entry_offset(index)).cast::<RecordLoc>()) }
+    }
+
+    /// Asks the kernel to start reading the page of table entry `index`
+    /// into the page cache, without waiting: the table is mapped for random
+    /// access ([`map_table_file`]), so a cold entry is otherwise read when
+    /// its fault waits for it. A hint only; an index past the table is
+    /// skipped.
+    pub fn will_need_entry(&self, index: usize) {
+        #[cfg(unix)]
+        if index < MAX_RECORDS {
+            let _ = self
+                .map
+                .advise_range(Advice::WillNeed, entry_offset(index), ENTRY_LEN);
+        }
+        #[cfg(not(unix))]
+        let _ = index;
     }
 
     /// Writes table entry `index`. Callers guarantee no reader can see the

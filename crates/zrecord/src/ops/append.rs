@@ -19,10 +19,7 @@
 
 use std::time::Duration;
 
-use rayon::prelude::*;
-
 use crate::error::{Error, Result};
-use crate::exec::thread_pool::pool;
 use crate::files::dictionary_file;
 use crate::files::lock::Deadline;
 use crate::format::checksums::Checksum;
@@ -95,9 +92,6 @@ struct Placement {
     runs: Vec<Run>,
     frontier: (u16, u64),
 }
-
-/// Large writes are split so several workers copy into the page cache at once.
-const MAX_WRITE_BYTES: usize = 4 << 20;
 
 impl Store {
     /// Appends `n` records of `record_len` bytes each, laid out back to back
@@ -345,8 +339,11 @@ impl Store {
         })
     }
 
-    /// Step 3: writes the runs to the chunk files, in parallel when there is
-    /// more than one write, and when `durable` syncs every chunk written.
+    /// Step 3: writes the runs to the chunk files, one after another, and
+    /// when `durable` syncs every chunk written. One thread: buffered
+    /// writes to a file hold its inode's lock on Linux file systems, so
+    /// writes from several threads queued (spinning) and gained nothing
+    /// (bench/README.md, "Appends write from one thread").
     fn write_records(
         &self,
         batch: Batch<'_>,
@@ -354,26 +351,14 @@ impl Store {
         runs: &[Run],
         durable: bool,
     ) -> Result<()> {
-        let origin_bytes = |origin: Origin| -> &[u8] {
-            match origin {
+        for run in runs {
+            let bytes = match run.origin {
                 Origin::Source(i) => batch.source(i),
                 Origin::Shard(s) => &shards[s].buf,
-            }
-        };
-        let mut writes = Vec::new();
-        for run in runs {
-            let bytes = &origin_bytes(run.origin)[run.start..run.end];
-            for (i, part) in bytes.chunks(MAX_WRITE_BYTES).enumerate() {
-                writes.push((run.chunk, run.offset + (i * MAX_WRITE_BYTES) as u64, part));
-            }
-        }
-        let write = |&(chunk, offset, bytes): &(u16, u64, &[u8])| {
-            self.chunks.get_or_create(chunk)?.write_at(offset, bytes)
-        };
-        if writes.len() > 1 {
-            pool().install(|| writes.par_iter().try_for_each(write))?;
-        } else {
-            writes.iter().try_for_each(write)?;
+            };
+            self.chunks
+                .get_or_create(run.chunk)?
+                .write_at(run.offset, &bytes[run.start..run.end])?;
         }
         if durable {
             let mut touched: Vec<u16> = runs.iter().map(|r| r.chunk).collect();

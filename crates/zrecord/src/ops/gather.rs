@@ -184,6 +184,18 @@ impl Sources<'_> {
         }
     }
 
+    /// While `cold` reads ahead, asks the kernel for the page of every
+    /// record's table entry before [`Sources::entries`] reads them: the
+    /// table is mapped for random access, so a cold entry is otherwise read
+    /// when its fault waits for it, one after another.
+    fn will_need_entries(&self, cold: &ColdReads) {
+        if cold.reading_ahead() {
+            for (k, &index) in self.locals.iter().enumerate() {
+                self.store(k).meta.will_need_entry(index as usize);
+            }
+        }
+    }
+
     /// [`Sources::entries`], then a check that each record ends inside
     /// its chunk file, made once per chunk with the record that ends last
     /// in it. Returns the entries, in batch order.
@@ -292,6 +304,7 @@ pub(crate) fn gather_records(
             reason: format!("{} indices but {} offsets", src.locals.len(), offsets.len()),
         });
     }
+    src.will_need_entries(cold);
     let locs = src.locate()?;
     let dst_len = dst.len() as u64;
     let mut total = 0u64;
@@ -418,6 +431,7 @@ impl Store {
     fn gather_slots(&self, idxs: &[u64], dst: &mut [u8], stride: usize, exact: bool) -> Result<()> {
         // Checked, then decoded from: the table is not read again (`locate`).
         let src = self.sources(idxs);
+        src.will_need_entries(&self.cold);
         let locs = src.locate()?;
         let mut total = 0u64;
         for (k, loc) in locs.iter().enumerate() {
