@@ -30,8 +30,9 @@ const PREFETCH_LIMIT: usize = 1024;
 /// stored bytes, read from a mapping) into its cache. A hint only: it never
 /// faults. On x86-64 only; elsewhere it does nothing.
 pub fn prefetch(stored: &[u8]) {
+    let head = &stored[..stored.len().min(PREFETCH_LIMIT)];
     #[cfg(target_arch = "x86_64")]
-    for line in stored[..stored.len().min(PREFETCH_LIMIT)].chunks(64) {
+    for line in head.chunks(64) {
         // SAFETY: a prefetch reads nothing architecturally and cannot
         // fault; the address lies inside a live slice anyway.
         unsafe {
@@ -40,7 +41,7 @@ pub fn prefetch(stored: &[u8]) {
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = stored;
+    let _ = head;
 }
 
 /// Ending of every chunk file's name, after the chunk number in decimal
