@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What the Python tests need beyond the package, fetched into .venv and the
 # system: the extras whose tests must run (a test that skips for a missing
-# extra does not count), installed from PyPI unless present; the writers
-# the converter tests build their inputs with (datasets, webdataset); the
-# real data they read: elpv-dataset's images (PyPI), Fashion-MNIST and the
+# extra does not count; torch among them), installed from PyPI unless
+# present; the writers the converter tests build their inputs with
+# (datasets, webdataset); the real data they read: elpv-dataset's images (PyPI), Fashion-MNIST and the
 # photographs of plasma-workspace-wallpapers (Debian packages); then, best
 # effort, loaderx 0.5.0 (.ref050-venv) and JAX, whose tests skip without
 # them. Needs scripts/setup.sh's .venv. scripts/test.sh runs it beside the
@@ -26,6 +26,12 @@ step "extras: ml, convert, ray"
     2>/dev/null || .venv/bin/python -m pip install --quiet --disable-pip-version-check \
     "ml_dtypes>=0.3" "Pillow>=9" "tqdm>=4.60" "pyarrow>=12" "ray[data]>=2.9" datasets \
     webdataset elpv-dataset
+# PyPI's Linux torch is the CUDA build, some 5 GB with its libraries; the
+# CPU-only wheels live on an index this machine does not reach. Not cached:
+# a second copy of the wheels would double the disk it takes.
+step "extras: torch"
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install --quiet \
+    --disable-pip-version-check --no-cache-dir "torch>=2"
 step "real data: Fashion-MNIST"
 bash scripts/fashion-mnist.sh
 step "real data: photographs"
