@@ -201,7 +201,7 @@ impl Medium {
         };
         let mut images = vec![with(&|_| false), with(&|_| true)];
         for _ in 0..4 {
-            let mask = rng.next();
+            let mask = rng.next_u64();
             images.push(with(&|i| mask >> (i % 64) & 1 == 1));
         }
         // Tear the last pending write larger than a sector at a sector edge.

@@ -13,23 +13,23 @@ pub const BYTE_STEP: usize = if cfg!(debug_assertions) { 5 } else { 1 };
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 }
 
 /// Bytes that compress well: each byte is the previous plus 0..3.
 pub fn compressible(rng: &mut Rng, len: usize) -> Vec<u8> {
-    let mut b = rng.next() as u8;
+    let mut b = rng.next_u64() as u8;
     (0..len)
         .map(|_| {
-            b = b.wrapping_add((rng.next() % 3) as u8);
+            b = b.wrapping_add((rng.next_u64() % 3) as u8);
             b
         })
         .collect()
@@ -37,7 +37,7 @@ pub fn compressible(rng: &mut Rng, len: usize) -> Vec<u8> {
 
 /// Bytes no codec can shrink.
 pub fn noise(rng: &mut Rng, len: usize) -> Vec<u8> {
-    (0..len).map(|_| rng.next() as u8).collect()
+    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
 pub fn opts(codec: Codec) -> AppendOptions {
