@@ -27,11 +27,13 @@ step "extras: ml, convert, ray"
     "ml_dtypes>=0.3" "Pillow>=9" "tqdm>=4.60" "pyarrow>=12" "ray[data]>=2.9" datasets \
     webdataset elpv-dataset
 # PyPI's Linux torch is the CUDA build, some 5 GB with its libraries; the
-# CPU-only wheels live on an index this machine does not reach. Not cached:
-# a second copy of the wheels would double the disk it takes.
+# CPU-only wheels live on an index this machine does not reach. Not cached
+# (a second copy of the wheels would double the disk it takes) nor
+# byte-compiled (half of torch's own install time, taken from the builds
+# running beside it; the test compiles what it imports).
 step "extras: torch"
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install --quiet \
-    --disable-pip-version-check --no-cache-dir "torch>=2"
+    --disable-pip-version-check --no-cache-dir --no-compile "torch>=2"
 step "real data: Fashion-MNIST"
 bash scripts/fashion-mnist.sh
 step "real data: photographs"
