@@ -3,11 +3,12 @@
 # system: the extras whose tests must run (a test that skips for a missing
 # extra does not count; torch among them), installed from PyPI unless
 # present; the writers the converter tests build their inputs with
-# (datasets, webdataset); the real data they read: elpv-dataset's images (PyPI), Fashion-MNIST and the
-# photographs of plasma-workspace-wallpapers (Debian packages); then, best
-# effort, loaderx 0.5.0 (.ref050-venv) and JAX, whose tests skip without
-# them. Needs scripts/setup.sh's .venv. scripts/test.sh runs it beside the
-# Rust builds, since it waits on the network rather than on the cores.
+# (datasets, webdataset); the real data they read: elpv-dataset's images
+# (PyPI), Fashion-MNIST and the photographs of plasma-workspace-wallpapers
+# (Debian packages); then, best effort, loaderx 0.5.0 (.ref050-venv) and
+# JAX, whose tests skip without them. Needs scripts/setup.sh's .venv.
+# scripts/test.sh runs it beside the Rust builds, since it waits on the
+# network rather than on the cores.
 #
 #   scripts/test-inputs.sh
 #   SKIP_REF050=1 scripts/test-inputs.sh   # do not fetch loaderx 0.5.0

@@ -237,6 +237,11 @@ class BytesDataset(DatasetBase):
         return Shards(self).verify() if self.sharded else self._stores()[0].verify()
 
 
+def too_long(length: int) -> ValueError:
+    """The error for an item of `length` bytes, past the record limit."""
+    return ValueError(f"an item of {length} bytes exceeds the {MAX_RECORD_LEN} byte record limit")
+
+
 def append_items(target: Any, items: Iterable[Any], kind: str, chunk_bytes: int,
                  **options: Any) -> int:
     """Appends `items` of `kind` to `target` (a store or a collection
@@ -259,9 +264,7 @@ def append_items(target: Any, items: Iterable[Any], kind: str, chunk_bytes: int,
     for item in items:
         b = item_bytes(item, kind)
         if len(b) > MAX_RECORD_LEN:
-            raise ValueError(
-                f"an item of {len(b)} bytes exceeds the {MAX_RECORD_LEN} byte record limit"
-            )
+            raise too_long(len(b))
         group.append(b)
         group_bytes += len(b)
         count += 1
@@ -280,9 +283,7 @@ def append_packed(target: Any, items: PackedItems, kind: str, chunk_bytes: int,
     offsets = np.asarray(items.offsets, dtype=np.uint64)
     lens = np.diff(offsets)
     if len(lens) and int(lens.max()) > MAX_RECORD_LEN:
-        raise ValueError(
-            f"an item of {int(lens.max())} bytes exceeds the {MAX_RECORD_LEN} byte record limit"
-        )
+        raise too_long(int(lens.max()))
     start = 0
     while start < len(lens):
         # At least one item a group, then as many as fit in `chunk_bytes`.

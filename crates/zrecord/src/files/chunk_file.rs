@@ -135,8 +135,8 @@ impl ChunkFile {
     pub fn read(&self, offset: u32, len: u32) -> Option<&[u8]> {
         self.read_known(offset, len).or_else(|| {
             // Another process may have grown the file since we looked.
-            let end = offset as u64 + len as u64;
-            (end <= self.refresh_size().ok()?).then(|| &self.map[offset as usize..end as usize])
+            self.refresh_size().ok()?;
+            self.read_known(offset, len)
         })
     }
 

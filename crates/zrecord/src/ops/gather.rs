@@ -196,10 +196,12 @@ impl Sources<'_> {
         }
     }
 
-    /// [`Sources::entries`], then a check that each record ends inside
-    /// its chunk file, made once per chunk with the record that ends last
-    /// in it. Returns the entries, in batch order.
-    fn locate(&self) -> Result<Vec<RecordLoc>> {
+    /// [`Sources::entries`] (their pages asked for first while `cold` reads
+    /// ahead), then a check that each record ends inside its chunk file,
+    /// made once per chunk with the record that ends last in it. Returns
+    /// the entries, in batch order.
+    fn locate(&self, cold: &ColdReads) -> Result<Vec<RecordLoc>> {
+        self.will_need_entries(cold);
         let (locs, looks) = self.entries()?;
         // Where no change was seen, a chunk's known size can only be short
         // of the file (appended to since), never past it, and the decode
@@ -304,8 +306,7 @@ pub(crate) fn gather_records(
             reason: format!("{} indices but {} offsets", src.locals.len(), offsets.len()),
         });
     }
-    src.will_need_entries(cold);
-    let locs = src.locate()?;
+    let locs = src.locate(cold)?;
     let dst_len = dst.len() as u64;
     let mut total = 0u64;
     let mut ordered = true;
@@ -431,8 +432,7 @@ impl Store {
     fn gather_slots(&self, idxs: &[u64], dst: &mut [u8], stride: usize, exact: bool) -> Result<()> {
         // Checked, then decoded from: the table is not read again (`locate`).
         let src = self.sources(idxs);
-        src.will_need_entries(&self.cold);
-        let locs = src.locate()?;
+        let locs = src.locate(&self.cold)?;
         let mut total = 0u64;
         for (k, loc) in locs.iter().enumerate() {
             let logic = loc.logic_length as u64;
@@ -625,8 +625,7 @@ impl Store {
         slot: &mut [u8],
         raw_copy: RawCopy,
     ) -> Result<()> {
-        let verify = self.verify_reads && !self.verified.contains(index);
-        let checked = self.decode_checked(index, loc, slot, verify, raw_copy)?;
+        let checked = self.decode_checked(index, loc, slot, self.unchecked(index), raw_copy)?;
         // Only while the sidecar covers the table: after a program that
         // keeps no checksums wrote it, a damaged frontier may let appends
         // overwrite records, so each read checks again.
@@ -654,14 +653,22 @@ impl Store {
         self.decode_stored(index, loc, stored, slot, verify, raw_copy)
     }
 
+    /// Whether a gather of record `index` checks it against its checksum:
+    /// gathers verify and this handle has not checked it before.
+    fn unchecked(&self, index: u64) -> bool {
+        self.verify_reads && !self.verified.contains(index)
+    }
+
     /// The stored bytes of record `index` at `loc`, when it needs nothing
     /// but a decode: its length within the format's first limit, its chunk
     /// open and known to hold its bytes, and no checksum left to check (see
     /// [`Store::decode_into`]). `None` sends the record down the full path
     /// of [`Store::decode_into`], which opens, looks again and reports.
     fn ready_bytes(&self, index: u64, loc: &RecordLoc) -> Option<&[u8]> {
-        let unchecked = self.verify_reads && !self.verified.contains(index);
-        if unchecked || loc.phys_length == 0 || loc.logic_length as usize > V1_MAX_RECORD_LEN {
+        if self.unchecked(index)
+            || loc.phys_length == 0
+            || loc.logic_length as usize > V1_MAX_RECORD_LEN
+        {
             return None;
         }
         self.chunks
