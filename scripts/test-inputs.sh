@@ -2,7 +2,8 @@
 # What the Python tests need beyond the package, fetched into .venv and the
 # system: the extras whose tests must run (a test that skips for a missing
 # extra does not count; torch among them), installed from PyPI unless
-# present; the writers the converter tests build their inputs with
+# present; pytest-xdist, with which scripts/test.sh runs the suite on two
+# workers; the writers the converter tests build their inputs with
 # (datasets, webdataset); the real data they read: elpv-dataset's images
 # (PyPI), Fashion-MNIST and the photographs of plasma-workspace-wallpapers
 # (Debian packages); then, best effort, loaderx 0.5.0 (.ref050-venv) and
@@ -21,12 +22,12 @@ step() {
     echo "==> [+$((SECONDS - START))s] $1"
 }
 
-step "extras: ml, convert, ray"
+step "extras: ml, convert, ray; pytest-xdist"
 .venv/bin/python -c \
-    "import ml_dtypes, PIL, tqdm, pyarrow, datasets, webdataset, elpv_dataset, ray.data" \
+    "import ml_dtypes, PIL, tqdm, pyarrow, datasets, webdataset, elpv_dataset, ray.data, xdist" \
     2>/dev/null || .venv/bin/python -m pip install --quiet --disable-pip-version-check \
     "ml_dtypes>=0.3" "Pillow>=9" "tqdm>=4.60" "pyarrow>=12" "ray[data]>=2.9" datasets \
-    webdataset elpv-dataset
+    webdataset elpv-dataset "pytest-xdist>=3"
 # PyPI's Linux torch is the CUDA build, some 5 GB with its libraries; the
 # CPU-only wheels live on an index this machine does not reach. Not cached
 # (a second copy of the wheels would double the disk it takes) nor
