@@ -11,6 +11,7 @@ use zune_jpeg::JpegDecoder;
 use zune_png::PngDecoder;
 
 use crate::error::ImageError;
+use crate::jpeg_top::Frame;
 
 /// The formats read, by their first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +92,42 @@ pub fn decode(
     max_pixels: usize,
     pixels: &mut Vec<u8>,
 ) -> Result<Size, ImageError> {
+    let every_row = |size: Size| size.height;
+    decode_top(
+        bytes,
+        channels,
+        max_pixels,
+        every_row,
+        pixels,
+        &mut Vec::new(),
+    )
+    .map(|d| d.size)
+}
+
+/// An image decoded from its top down to some row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decoded {
+    /// The whole image's size.
+    pub size: Size,
+    /// The rows in the pixels: at least those asked for, at most
+    /// `size.height`.
+    pub rows: usize,
+}
+
+/// [`decode`], of at least the top `rows(size)` rows: a complete
+/// sequential JPEG stops soon below them (`copy` holds the copy of its
+/// file that says so, `jpeg_top.rs`), anything else decodes whole. `rows`
+/// is called once with the image's size before a JPEG that can stop early
+/// is decoded, and not at all otherwise. The rows decoded are the same
+/// bytes as in a whole decode.
+pub fn decode_top(
+    bytes: &[u8],
+    channels: Channels,
+    max_pixels: usize,
+    rows: impl FnOnce(Size) -> usize,
+    pixels: &mut Vec<u8>,
+    copy: &mut Vec<u8>,
+) -> Result<Decoded, ImageError> {
     let format = Format::sniff(bytes)?;
     let failed = |reason: String| ImageError::Decode {
         format: format.name(),
@@ -109,6 +146,10 @@ pub fn decode(
             }),
         }
     };
+    let whole = |size: Size| Decoded {
+        size,
+        rows: size.height,
+    };
     match format {
         Format::Jpeg => {
             let out = match channels {
@@ -116,6 +157,18 @@ pub fn decode(
                 Channels::Rgb => ColorSpace::RGB,
                 Channels::Rgba => ColorSpace::RGBA,
             };
+            // The frame's own size places the crop; a lower height in a
+            // copy of the file then decodes only the rows it needs.
+            let mut size = None;
+            let mut source = bytes;
+            if let Some(frame) = Frame::of(bytes) {
+                let full = check((frame.width, frame.height))?;
+                size = Some(full);
+                if let Some(height) = frame.lowered(rows(full)) {
+                    frame.copy_with_height(bytes, height, copy);
+                    source = copy;
+                }
+            }
             // Strict: a truncated or damaged stream is an error, not an
             // image whose missing part is filled in.
             let options = DecoderOptions::default()
@@ -123,20 +176,30 @@ pub fn decode(
                 .set_max_width(usize::MAX)
                 .set_max_height(usize::MAX)
                 .jpeg_set_out_colorspace(out);
-            let mut decoder = JpegDecoder::new_with_options(ZCursor::new(bytes), options);
+            let mut decoder = JpegDecoder::new_with_options(ZCursor::new(source), options);
             decoder
                 .decode_headers()
                 .map_err(|e| failed(e.to_string()))?;
-            let size = check(
-                decoder
-                    .dimensions()
-                    .ok_or_else(|| failed("no size".into()))?,
-            )?;
-            pixels.resize(size.width * size.height * channels.count(), 0);
+            let (width, height) = decoder
+                .dimensions()
+                .ok_or_else(|| failed("no size".into()))?;
+            let decoded = match size {
+                Some(size) if size.width == width && height <= size.height => {
+                    Decoded { size, rows: height }
+                }
+                Some(size) => {
+                    return Err(failed(format!(
+                        "the decoder read {width}x{height} from a {}x{} frame",
+                        size.width, size.height
+                    )))
+                }
+                None => whole(check((width, height))?),
+            };
+            pixels.resize(width * decoded.rows * channels.count(), 0);
             decoder
                 .decode_into(pixels)
                 .map_err(|e| failed(e.to_string()))?;
-            Ok(size)
+            Ok(decoded)
         }
         Format::Png => {
             let options = DecoderOptions::default()
@@ -179,7 +242,7 @@ pub fn decode(
                 )));
             }
             convert(&decoded, from, channels, pixels);
-            Ok(size)
+            Ok(whole(size))
         }
         Format::WebP => {
             let mut decoder =
@@ -192,7 +255,7 @@ pub fn decode(
                 .read_image(&mut decoded)
                 .map_err(|e| failed(e.to_string()))?;
             convert(&decoded, from, channels, pixels);
-            Ok(size)
+            Ok(whole(size))
         }
     }
 }

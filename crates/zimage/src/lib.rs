@@ -17,9 +17,10 @@
 mod crop;
 mod decode;
 mod error;
+mod jpeg_top;
 mod pipeline;
 
 pub use crop::{Crop, CropBox, Draws};
-pub use decode::{decode, Channels, Format, Size};
+pub use decode::{decode, decode_top, Channels, Decoded, Format, Size};
 pub use error::ImageError;
 pub use pipeline::{Normalize, Pipeline, Scratch, DEFAULT_MAX_PIXELS};

@@ -5,7 +5,7 @@ use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
 use crate::crop::{Crop, Draws};
-use crate::decode::{decode, Channels};
+use crate::decode::{decode_top, Channels, Decoded, Size};
 use crate::error::ImageError;
 
 /// The most pixels an image may declare before it is refused undecoded
@@ -37,6 +37,8 @@ pub struct Pipeline {
 /// The memory a thread reuses from image to image.
 pub struct Scratch {
     decoded: Vec<u8>,
+    /// A JPEG file with its height lowered to the crop (`jpeg_top.rs`).
+    jpeg_copy: Vec<u8>,
     resized: Vec<u8>,
     resizer: Resizer,
 }
@@ -45,6 +47,7 @@ impl Default for Scratch {
     fn default() -> Self {
         Scratch {
             decoded: Vec::new(),
+            jpeg_copy: Vec::new(),
             resized: Vec::new(),
             resizer: Resizer::new(),
         }
@@ -105,6 +108,13 @@ impl Pipeline {
         self.values() * if self.normalize.is_some() { 4 } else { 1 }
     }
 
+    /// How many rows below a crop box of `rows` the resize may read: its
+    /// filter reaches one output pixel's span each side (Pillow's bilinear
+    /// support of 1, scaled when shrinking), plus one for rounding.
+    fn resize_reach(&self, rows: usize) -> usize {
+        rows.div_ceil(self.height) + 1
+    }
+
     /// Runs the pipeline on `encoded` with the sample's `seed` (its crop
     /// box and flip), into `out` ([`Pipeline::sample_len`] bytes).
     pub fn run(
@@ -116,17 +126,32 @@ impl Pipeline {
     ) -> Result<(), ImageError> {
         let Scratch {
             decoded,
+            jpeg_copy,
             resized,
             resizer,
         } = scratch;
-        let size = decode(encoded, self.channels, self.max_pixels, decoded)?;
         let mut draws = Draws::new(seed);
-        let place = self.crop.place(
-            size.width,
-            size.height,
-            (self.width, self.height),
-            &mut draws,
-        );
+        let place_in = |size: Size, draws: &mut Draws| {
+            self.crop
+                .place(size.width, size.height, (self.width, self.height), draws)
+        };
+        // The box is placed as soon as the size is known, so that a JPEG
+        // decodes only down to it, else after the decode: the same draws.
+        let mut placed = None;
+        let rows_needed = |size: Size| {
+            let place = place_in(size, &mut draws);
+            placed = Some(place);
+            place.top + place.height + self.resize_reach(place.height)
+        };
+        let Decoded { size, rows } = decode_top(
+            encoded,
+            self.channels,
+            self.max_pixels,
+            rows_needed,
+            decoded,
+            jpeg_copy,
+        )?;
+        let place = placed.unwrap_or_else(|| place_in(size, &mut draws));
         let flip = self.flip && draws.coin();
         let pixel_type = match self.channels {
             Channels::Gray => PixelType::U8,
@@ -148,7 +173,7 @@ impl Pipeline {
                 format: "resize",
                 reason: e,
             };
-            let source = ImageRef::new(size.width as u32, size.height as u32, decoded, pixel_type)
+            let source = ImageRef::new(size.width as u32, rows as u32, decoded, pixel_type)
                 .map_err(|e| resize_failed(e.to_string()))?;
             let mut target =
                 Image::from_slice_u8(self.width as u32, self.height as u32, pixels, pixel_type)

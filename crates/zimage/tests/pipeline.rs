@@ -189,6 +189,138 @@ fn jpegs_decode_within_their_loss() {
     }
 }
 
+/// A JPEG of noise smoothed over 4 x 4 pixels (so that chroma upsampling
+/// has something to interpolate) with the given layout.
+fn jpeg_of(
+    (w, h): (u16, u16),
+    color: jpeg_encoder::ColorType,
+    sampling: jpeg_encoder::SamplingFactor,
+    restart: u16,
+    progressive: bool,
+) -> Vec<u8> {
+    let channels = if color == jpeg_encoder::ColorType::Luma {
+        1
+    } else {
+        3
+    };
+    let coarse = noise(
+        usize::from(w) * usize::from(h) * channels,
+        u64::from(w) * 31 + u64::from(h),
+    );
+    let pixels: Vec<u8> = (0..usize::from(h))
+        .flat_map(|y| (0..usize::from(w) * channels).map(move |x| (y, x)))
+        .map(|(y, x)| {
+            let (px, c) = (x / channels, x % channels);
+            coarse[((y / 4) * usize::from(w) + px / 4) * channels + c]
+        })
+        .collect();
+    let mut bytes = Vec::new();
+    let mut encoder = jpeg_encoder::Encoder::new(&mut bytes, 90);
+    encoder.set_sampling_factor(sampling);
+    encoder.set_restart_interval(restart);
+    encoder.set_progressive(progressive);
+    encoder.encode(&pixels, w, h, color).unwrap();
+    bytes
+}
+
+#[test]
+fn a_jpeg_decoded_down_to_a_row_is_the_top_of_its_whole_decode() {
+    use jpeg_encoder::{ColorType, SamplingFactor as F};
+    let size = (61, 75);
+    let mut files = Vec::new();
+    for sampling in [F::F_1_1, F::F_2_1, F::F_1_2, F::F_2_2] {
+        for restart in [0, 3] {
+            files.push((
+                jpeg_of(size, ColorType::Rgb, sampling, restart, false),
+                true,
+            ));
+        }
+    }
+    // Other layouts, whose top rows zune-jpeg decodes otherwise than in
+    // the whole image (4:1:1), are decoded whole.
+    for sampling in [F::F_4_1, F::F_2_4] {
+        files.push((jpeg_of(size, ColorType::Rgb, sampling, 0, false), false));
+    }
+    files.push((jpeg_of(size, ColorType::Luma, F::F_1_1, 0, false), true));
+    // Progressive files code every row in each scan: decoded whole.
+    files.push((jpeg_of(size, ColorType::Rgb, F::F_2_2, 0, true), false));
+    let (mut whole, mut top, mut copy) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, (file, sequential)) in files.iter().enumerate() {
+        for channels in [Channels::Rgb, Channels::Gray, Channels::Rgba] {
+            let size = zimage::decode(file, channels, DEFAULT_MAX_PIXELS, &mut whole).unwrap();
+            let row = size.width * channels.count();
+            for rows in 1..=size.height {
+                let d = zimage::decode_top(
+                    file,
+                    channels,
+                    DEFAULT_MAX_PIXELS,
+                    |s| {
+                        assert_eq!(s, size);
+                        rows
+                    },
+                    &mut top,
+                    &mut copy,
+                )
+                .unwrap();
+                assert_eq!(d.size, size);
+                assert!(d.rows >= rows && d.rows <= size.height);
+                // Every sequential file stops early while it can.
+                let early = *sequential && rows + 1 < size.height;
+                assert_eq!(d.rows < size.height, early, "{rows} rows asked");
+                assert_eq!(top.len(), d.rows * row);
+                assert!(
+                    top[..rows * row] == whole[..rows * row],
+                    "file {i}, {channels:?}, {rows} rows: not the top of the whole decode"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn random_crops_of_jpegs_are_the_same_pixels_as_from_whole_decodes() {
+    // The same pipeline over a file, and over the file with a byte after
+    // its end marker, which takes it off the early-stopping path.
+    let file = jpeg_of(
+        (97, 131),
+        jpeg_encoder::ColorType::Rgb,
+        jpeg_encoder::SamplingFactor::F_2_2,
+        0,
+        false,
+    );
+    let mut tailed = file.clone();
+    tailed.push(0);
+    for (h, w) in [(24, 24), (50, 40), (131, 97)] {
+        let p = Pipeline {
+            crop: Crop::RandomResized {
+                scale: (0.08, 1.0),
+                ratio: (0.75, 4.0 / 3.0),
+            },
+            flip: true,
+            ..pipeline(h, w, Channels::Rgb)
+        };
+        for seed in 0..200 {
+            assert_eq!(
+                run(&p, &file, seed),
+                run(&p, &tailed, seed),
+                "{h}x{w}, seed {seed}"
+            );
+        }
+    }
+    // A file cut short has no end marker: an error whatever box is drawn.
+    for seed in 0..50 {
+        let cut = &file[..file.len() * 3 / 4];
+        let p = Pipeline {
+            crop: Crop::RandomResized {
+                scale: (0.08, 0.1),
+                ratio: (0.75, 4.0 / 3.0),
+            },
+            ..pipeline(24, 24, Channels::Rgb)
+        };
+        assert!(matches!(run(&p, cut, seed), Err(ImageError::Decode { .. })));
+    }
+}
+
 #[test]
 fn bad_images_are_errors_naming_what_is_wrong() {
     let rgb = noise(8 * 8 * 3, 6);

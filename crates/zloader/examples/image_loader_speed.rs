@@ -2,8 +2,10 @@
 //! (`FOLDER/<class>/<image>`): on one
 //! core a full decode and the training pipeline (decode, random-resized
 //! crop to 224 x 224, flip), then through the loader (every file stored raw
-//! as one record, batches of 256 decoded on the workers). Run by
-//! bench/image_decoders.py; prints the three rates on one line per round.
+//! as one record, batches of 256 decoded on the workers), then the pipeline
+//! on one core again with every row decoded (each file with a byte after
+//! its end marker, which `jpeg_top.rs` leaves to a whole decode). Run by
+//! bench/image_decoders.py; prints the four rates on one line per round.
 //!
 //!     cargo run --release -p zloader --example image_loader_speed -- FOLDER [WORKERS] [SECONDS] [ROUNDS]
 
@@ -46,6 +48,10 @@ fn main() {
         normalize: None,
         max_pixels: DEFAULT_MAX_PIXELS,
     });
+    let tailed: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| [f.as_slice(), &[0]].concat())
+        .collect();
     let dir = tempfile::tempdir().expect("a temporary folder");
     let store = Arc::new(Store::open(dir.path().join("images.zr")).expect("a new store"));
     let slices: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
@@ -71,6 +77,13 @@ fn main() {
                 .expect("an image");
         }
         let one_core = per_second(files.len(), start);
+        let start = Instant::now();
+        for (seed, file) in (0u64..).zip(&tailed) {
+            pipeline
+                .run(file, seed, &mut out, &mut scratch)
+                .expect("an image");
+        }
+        let every_row = per_second(files.len(), start);
         let stream = Stream::mixed(
             vec![store.clone()],
             Layout::Image(pipeline.clone(), BadImages::Fail),
@@ -87,6 +100,7 @@ fn main() {
         while start.elapsed() < Duration::from_secs_f64(seconds) {
             images += loader.next().expect("a batch").indices.len();
         }
-        println!("{full:.1} {one_core:.1} {:.1}", per_second(images, start));
+        let loader_rate = per_second(images, start);
+        println!("{full:.1} {one_core:.1} {loader_rate:.1} {every_row:.1}");
     }
 }
