@@ -3,7 +3,7 @@
 # committed corpus (fuzz/corpus/<target>, plus the seeds make_seeds writes
 # from real stores), then fuzzes each target for a while.
 #
-#   scripts/fuzz.sh                    # CI: replay, then 10 s per target
+#   scripts/fuzz.sh                    # CI: replay, then 5 s per target
 #   FUZZ_SECONDS=600 scripts/fuzz.sh   # a real campaign
 #   FUZZ_SECONDS=0 scripts/fuzz.sh     # replay only
 #
@@ -16,7 +16,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../fuzz"
-SECONDS_EACH="${FUZZ_SECONDS:-10}"
+SECONDS_EACH="${FUZZ_SECONDS:-5}"
 export RUSTC_BOOTSTRAP=1
 
 command -v cargo-fuzz >/dev/null || cargo install --locked --quiet cargo-fuzz

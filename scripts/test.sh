@@ -2,7 +2,7 @@
 # Run every check the project has, in the order CI runs them:
 #   setup -> cargo fmt --check (the workspace and fuzz/) -> clippy -D warnings
 #   -> cargo test (debug) -> cargo test (release) -> fuzz targets (corpus
-#   replay, 10 s each) -> foreign targets (cargo check for macOS and
+#   replay, 5 s each) -> foreign targets (cargo check for macOS and
 #   Windows) -> wheels (x86_64, aarch64) and sdist into dist/ -> pytest tests/
 #   (tests/packaging installs the wheels and sdist).
 # From setup on, scripts/test-inputs.sh fetches in the background what the
@@ -56,7 +56,7 @@ step clippy cargo clippy --workspace --all-targets -- -D warnings
 # clippy covers it, and the Python tests test it.
 step "cargo test (debug)" cargo test
 step "cargo test (release)" cargo test --release
-step fuzz env FUZZ_SECONDS=10 bash scripts/fuzz.sh
+step fuzz env FUZZ_SECONDS=5 bash scripts/fuzz.sh
 # aarch64 Linux is left to the wheels step, which builds it whole.
 step "foreign targets" env CHECK_TARGETS="x86_64-apple-darwin x86_64-pc-windows-gnu \
     x86_64-pc-windows-msvc" bash scripts/check-targets.sh
