@@ -321,6 +321,66 @@ fn random_crops_of_jpegs_are_the_same_pixels_as_from_whole_decodes() {
     }
 }
 
+/// Offset of the height in a jpeg-encoder file's SOF0 header.
+fn sof_height_at(file: &[u8]) -> usize {
+    file.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap() + 5
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+    /// Damaged JPEGs (bytes changed, the frame's size changed, cut short
+    /// with or without an end marker put back) through random crops give
+    /// pixels or an error, never a panic; and when both the early-stopping
+    /// decode and the whole one give pixels, they are the same.
+    #[test]
+    fn damaged_jpegs_give_pixels_or_errors_and_the_early_stop_changes_neither(
+        changes in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>()), 0..4),
+        height in proptest::option::of(0u16..200),
+        width in proptest::option::of(0u16..200),
+        cut in proptest::option::of(0usize..4096),
+        end_marker in proptest::prelude::any::<bool>(),
+        seed in proptest::prelude::any::<u64>(),
+    ) {
+        let mut file = jpeg_of(
+            (40, 56),
+            jpeg_encoder::ColorType::Rgb,
+            jpeg_encoder::SamplingFactor::F_2_2,
+            0,
+            false,
+        );
+        let at = sof_height_at(&file);
+        for (offset, byte) in changes {
+            let i = offset % file.len();
+            file[i] = byte;
+        }
+        if let Some(h) = height {
+            file[at..at + 2].copy_from_slice(&h.to_be_bytes());
+        }
+        if let Some(w) = width {
+            file[at + 2..at + 4].copy_from_slice(&w.to_be_bytes());
+        }
+        if let Some(cut) = cut {
+            file.truncate(cut % file.len());
+            if end_marker {
+                file.extend_from_slice(&[0xFF, 0xD9]);
+            }
+        }
+        let mut tailed = file.clone();
+        tailed.push(0);
+        let p = Pipeline {
+            crop: Crop::RandomResized {
+                scale: (0.08, 1.0),
+                ratio: (0.75, 4.0 / 3.0),
+            },
+            flip: true,
+            ..pipeline(16, 16, Channels::Rgb)
+        };
+        if let (Ok(early), Ok(whole)) = (run(&p, &file, seed), run(&p, &tailed, seed)) {
+            proptest::prop_assert_eq!(early, whole);
+        }
+    }
+}
+
 #[test]
 fn bad_images_are_errors_naming_what_is_wrong() {
     let rgb = noise(8 * 8 * 3, 6);
