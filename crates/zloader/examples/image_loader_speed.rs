@@ -70,20 +70,17 @@ fn main() {
         }
         let full = per_second(files.len(), start);
         let (mut out, mut scratch) = (vec![0u8; pipeline.sample_len()], Scratch::default());
-        let start = Instant::now();
-        for (seed, file) in (0u64..).zip(&files) {
-            pipeline
-                .run(file, seed, &mut out, &mut scratch)
-                .expect("an image");
-        }
-        let one_core = per_second(files.len(), start);
-        let start = Instant::now();
-        for (seed, file) in (0u64..).zip(&tailed) {
-            pipeline
-                .run(file, seed, &mut out, &mut scratch)
-                .expect("an image");
-        }
-        let every_row = per_second(files.len(), start);
+        let mut one_core_on = |set: &[Vec<u8>]| {
+            let start = Instant::now();
+            for (seed, file) in (0u64..).zip(set) {
+                pipeline
+                    .run(file, seed, &mut out, &mut scratch)
+                    .expect("an image");
+            }
+            per_second(set.len(), start)
+        };
+        let one_core = one_core_on(&files);
+        let every_row = one_core_on(&tailed);
         let stream = Stream::mixed(
             vec![store.clone()],
             Layout::Image(pipeline.clone(), BadImages::Fail),
