@@ -9,7 +9,7 @@ Timed, medians of 3 rounds over every file:
 * zune-jpeg (ours, crates/zimage): a full decode to RGB, and the training
   pipeline (decode, random-resized crop to 224 x 224, flip), on one core,
   with JPEGs decoded down to the crop's last row (crates/zimage/src/
-  jpeg_top.rs) and, for comparison, whole; then the same pipeline through
+  jpeg_frame.rs) and, for comparison, whole; then the same pipeline through
   the loader's image stream with 2 workers
   (crates/zloader/examples/image_loader_speed.rs);
 * libjpeg-turbo through simplejpeg: a full decode to RGB, the physical

@@ -11,7 +11,7 @@ use zune_jpeg::JpegDecoder;
 use zune_png::PngDecoder;
 
 use crate::error::ImageError;
-use crate::jpeg_top::Frame;
+use crate::jpeg_frame::Frame;
 
 /// The formats read, by their first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +116,7 @@ pub struct Decoded {
 
 /// [`decode`], of at least the top `rows(size)` rows: a complete
 /// sequential JPEG stops soon below them (`copy` holds the copy of its
-/// file that says so, `jpeg_top.rs`), anything else decodes whole. `rows`
+/// file the decoder is given, `jpeg_frame.rs`), anything else decodes whole. `rows`
 /// is called once with the image's size before a JPEG that can stop early
 /// is decoded, and not at all otherwise. The rows decoded are the same
 /// bytes as in a whole decode.
@@ -158,14 +158,17 @@ pub fn decode_top(
                 Channels::Rgba => ColorSpace::RGBA,
             };
             // The frame's own size places the crop; a lower height in a
-            // copy of the file then decodes only the rows it needs.
+            // copy of the file then decodes only the rows it needs, and a
+            // tail in place of its end marker makes a scan that stops
+            // short an error (jpeg_frame.rs).
             let mut size = None;
             let mut source = bytes;
             if let Some(frame) = Frame::of(bytes) {
                 let full = check((frame.width, frame.height))?;
                 size = Some(full);
-                if let Some(height) = frame.lowered(rows(full)) {
-                    frame.copy_with_height(bytes, height, copy);
+                let lowered = frame.lowered(rows(full));
+                if lowered.is_some() || frame.tail {
+                    frame.copy_with_height(bytes, lowered.unwrap_or(frame.height), copy);
                     source = copy;
                 }
             }

@@ -17,7 +17,7 @@
 mod crop;
 mod decode;
 mod error;
-mod jpeg_top;
+mod jpeg_frame;
 mod pipeline;
 
 pub use crop::{Crop, CropBox, Draws};

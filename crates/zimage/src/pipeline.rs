@@ -37,7 +37,7 @@ pub struct Pipeline {
 /// The memory a thread reuses from image to image.
 pub struct Scratch {
     decoded: Vec<u8>,
-    /// A JPEG file with its height lowered to the crop (`jpeg_top.rs`).
+    /// A sequential JPEG's file as the decoder is given it (`jpeg_frame.rs`).
     jpeg_copy: Vec<u8>,
     resized: Vec<u8>,
     resizer: Resizer,

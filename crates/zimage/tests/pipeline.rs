@@ -326,6 +326,65 @@ fn sof_height_at(file: &[u8]) -> usize {
     file.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap() + 5
 }
 
+#[test]
+fn a_jpeg_whose_data_stops_before_its_end_marker_is_an_error_below_where_it_stops() {
+    // The file of an interrupted copy that got its end marker back, and
+    // one whose frame declares twice the rows its scan codes: the rows
+    // coded decode, any below them are an error, not rows made of zeros.
+    use jpeg_encoder::{ColorType, SamplingFactor as F};
+    let (w, h) = (48, 64);
+    let layouts = [
+        (ColorType::Rgb, F::F_1_1),
+        (ColorType::Rgb, F::F_2_1),
+        (ColorType::Rgb, F::F_2_2),
+        (ColorType::Luma, F::F_1_1),
+    ];
+    let (mut whole, mut top, mut copy) = (Vec::new(), Vec::new(), Vec::new());
+    for (color, sampling) in layouts {
+        for restart in [0, 3] {
+            let file = jpeg_of((w, h), color, sampling, restart, false);
+            let mut bad = Vec::new();
+            for cut in [file.len() / 3, file.len() * 2 / 3] {
+                bad.push([&file[..cut], &[0xFF, 0xD9]].concat());
+            }
+            let mut taller = file.clone();
+            let at = sof_height_at(&taller);
+            taller[at..at + 2].copy_from_slice(&(2 * h).to_be_bytes());
+            bad.push(taller.clone());
+            for bad in &bad {
+                let err = zimage::decode(bad, Channels::Rgb, DEFAULT_MAX_PIXELS, &mut whole);
+                assert!(
+                    matches!(err, Err(ImageError::Decode { format: "JPEG", .. })),
+                    "{color:?} {sampling:?} restart {restart}: {:?}",
+                    err.map(|_| ())
+                );
+            }
+            zimage::decode(&file, Channels::Rgb, DEFAULT_MAX_PIXELS, &mut whole).unwrap();
+            let (rows, row) = (40, usize::from(w) * 3);
+            let rgb = Channels::Rgb;
+            let d = zimage::decode_top(
+                &taller,
+                rgb,
+                DEFAULT_MAX_PIXELS,
+                |_| rows,
+                &mut top,
+                &mut copy,
+            );
+            assert_eq!(d.unwrap().rows, rows + 1);
+            assert!(top[..rows * row] == whole[..rows * row]);
+            let d = zimage::decode_top(
+                &taller,
+                rgb,
+                DEFAULT_MAX_PIXELS,
+                |_| 100,
+                &mut top,
+                &mut copy,
+            );
+            assert!(matches!(d, Err(ImageError::Decode { .. })), "{d:?}");
+        }
+    }
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
     /// Damaged JPEGs (bytes changed, the frame's size changed, cut short

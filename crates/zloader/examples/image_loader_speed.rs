@@ -4,7 +4,7 @@
 //! crop to 224 x 224, flip), then through the loader (every file stored raw
 //! as one record, batches of 256 decoded on the workers), then the pipeline
 //! on one core again with every row decoded (each file with a byte after
-//! its end marker, which `jpeg_top.rs` leaves to a whole decode). Run by
+//! its end marker, which `jpeg_frame.rs` leaves to a whole decode). Run by
 //! bench/image_decoders.py; prints the four rates on one line per round.
 //!
 //!     cargo run --release -p zloader --example image_loader_speed -- FOLDER [WORKERS] [SECONDS] [ROUNDS]
