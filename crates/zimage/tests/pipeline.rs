@@ -223,6 +223,25 @@ fn jpeg_of(
     bytes
 }
 
+/// torchvision's `RandomResizedCrop` (scale (0.08, 1), ratio (3/4, 4/3))
+/// to `h` x `w`, and a flip.
+fn training_crops(h: usize, w: usize) -> Pipeline {
+    Pipeline {
+        crop: Crop::RandomResized {
+            scale: (0.08, 1.0),
+            ratio: (0.75, 4.0 / 3.0),
+        },
+        flip: true,
+        ..pipeline(h, w, Channels::Rgb)
+    }
+}
+
+/// `file` with a byte after its end marker, which takes it off the
+/// early-stopping path: decoded whole, from its own bytes.
+fn decoded_whole(file: &[u8]) -> Vec<u8> {
+    [file, &[0]].concat()
+}
+
 #[test]
 fn a_jpeg_decoded_down_to_a_row_is_the_top_of_its_whole_decode() {
     use jpeg_encoder::{ColorType, SamplingFactor as F};
@@ -279,8 +298,7 @@ fn a_jpeg_decoded_down_to_a_row_is_the_top_of_its_whole_decode() {
 
 #[test]
 fn random_crops_of_jpegs_are_the_same_pixels_as_from_whole_decodes() {
-    // The same pipeline over a file, and over the file with a byte after
-    // its end marker, which takes it off the early-stopping path.
+    // The same pipeline over a file, and over the file decoded whole.
     let file = jpeg_of(
         (97, 131),
         jpeg_encoder::ColorType::Rgb,
@@ -288,21 +306,13 @@ fn random_crops_of_jpegs_are_the_same_pixels_as_from_whole_decodes() {
         0,
         false,
     );
-    let mut tailed = file.clone();
-    tailed.push(0);
+    let whole = decoded_whole(&file);
     for (h, w) in [(24, 24), (50, 40), (131, 97)] {
-        let p = Pipeline {
-            crop: Crop::RandomResized {
-                scale: (0.08, 1.0),
-                ratio: (0.75, 4.0 / 3.0),
-            },
-            flip: true,
-            ..pipeline(h, w, Channels::Rgb)
-        };
+        let p = training_crops(h, w);
         for seed in 0..50 {
             assert_eq!(
                 run(&p, &file, seed),
-                run(&p, &tailed, seed),
+                run(&p, &whole, seed),
                 "{h}x{w}, seed {seed}"
             );
         }
@@ -424,17 +434,9 @@ proptest::proptest! {
                 file.extend_from_slice(&[0xFF, 0xD9]);
             }
         }
-        let mut tailed = file.clone();
-        tailed.push(0);
-        let p = Pipeline {
-            crop: Crop::RandomResized {
-                scale: (0.08, 1.0),
-                ratio: (0.75, 4.0 / 3.0),
-            },
-            flip: true,
-            ..pipeline(16, 16, Channels::Rgb)
-        };
-        if let (Ok(early), Ok(whole)) = (run(&p, &file, seed), run(&p, &tailed, seed)) {
+        let whole_file = decoded_whole(&file);
+        let p = training_crops(16, 16);
+        if let (Ok(early), Ok(whole)) = (run(&p, &file, seed), run(&p, &whole_file, seed)) {
             proptest::prop_assert_eq!(early, whole);
         }
     }
