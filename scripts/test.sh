@@ -56,7 +56,7 @@ step clippy cargo clippy --workspace --all-targets -- -D warnings
 # clippy covers it, and the Python tests test it.
 step "cargo test (debug)" cargo test
 step "cargo test (release)" cargo test --release
-step fuzz env FUZZ_SECONDS=5 bash scripts/fuzz.sh
+step fuzz bash scripts/fuzz.sh
 # aarch64 Linux is left to the wheels step, which builds it whole.
 step "foreign targets" env CHECK_TARGETS="x86_64-apple-darwin x86_64-pc-windows-gnu \
     x86_64-pc-windows-msvc" bash scripts/check-targets.sh
