@@ -381,8 +381,9 @@ def report(r, stem):
         f"round{'s' * (st['rounds'] > 1)}.",
         "",
         "- **ours**: `DataLoader(table, batch_size=256, num_workers=2, mode=SHUFFLE, "
-        "images={'image': Images((224, 224), crop='random', flip=True)})`: decoded by "
-        "zune-jpeg, cut and resized on the native workers.",
+        "images={'image': Images((224, 224), crop='random', flip=True)})`: libjpeg-turbo "
+        "decodes the region the crop reads, which is cut and resized, all on the native "
+        "workers.",
         "- **Pillow, thread pool**: a torch `Dataset.__getitem__` without torch: open the file "
         "with Pillow, `convert('RGB')`, the box of torchvision's `RandomResizedCrop.get_params`, "
         "`resize((224, 224), BILINEAR, box=...)`, a flip on a coin, `np.asarray`; a "

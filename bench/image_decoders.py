@@ -6,11 +6,10 @@ The set: 1,248 crops of 500 x 375 (quality 90) cut from the photographs of
 Debian's plasma-workspace-wallpapers by scripts/wallpaper_crops.py, made
 once into bench/out/wallpaper-crops.
 Timed, medians of 3 rounds over every file:
-* zune-jpeg (ours, crates/zimage): a full decode to RGB, and the training
-  pipeline (decode, random-resized crop to 224 x 224, flip), on one core,
-  with JPEGs decoded down to the crop's last row (crates/zimage/src/
-  jpeg_frame.rs) and, for comparison, whole; then the same pipeline through
-  the loader's image stream with 2 workers
+* ours (crates/zimage: libjpeg-turbo 3.1, built by turbojpeg-sys): a full
+  decode to RGB, and the training pipeline (decode of the region the crop
+  reads, random-resized crop to 224 x 224, flip), on one core; then the
+  same pipeline through the loader's image stream with 2 workers
   (crates/zloader/examples/image_loader_speed.rs);
 * libjpeg-turbo through simplejpeg: a full decode to RGB, the physical
   limit the image issue sets;
@@ -48,20 +47,18 @@ def main():
         ["cargo", "run", "--release", "-q", "-p", "zloader", "--example", "image_loader_speed",
          "--", str(CROPS), "2", "4", "3"], cwd=ROOT, check=True, capture_output=True,
         text=True).stdout
-    zune = [tuple(map(float, line.split())) for line in out.split("\n") if line.strip()]
+    ours = [tuple(map(float, line.split())) for line in out.split("\n") if line.strip()]
 
     def pillow_crop(f):
         Image.open(io.BytesIO(f)).convert("RGB").resize(
             (224, 224), Image.BILINEAR, box=(50, 40, 400, 300))
 
     rows = {
-        "zune-jpeg (ours): full decode": statistics.median(z[0] for z in zune),
-        "zune-jpeg (ours): decode + random-resized crop 224 + flip":
-            statistics.median(z[1] for z in zune),
-        "zune-jpeg (ours): the same, every row decoded (no early stop)":
-            statistics.median(z[3] for z in zune),
+        "ours (libjpeg-turbo): full decode": statistics.median(r[0] for r in ours),
+        "ours: decode of the crop's region + random-resized crop 224 + flip":
+            statistics.median(r[1] for r in ours),
         "ours through the loader, 2 workers (both cores), batch 256":
-            statistics.median(z[2] for z in zune),
+            statistics.median(r[2] for r in ours),
         "libjpeg-turbo (simplejpeg): full decode": statistics.median(
             rate(lambda f: simplejpeg.decode_jpeg(f, colorspace="RGB"), files) for _ in range(3)),
         "Pillow: full decode": statistics.median(

@@ -106,7 +106,9 @@ for pkg in "${PACKAGES[@]}"; do
     fi
 done
 
-# 2. Our loaderx: a release wheel of this checkout, rebuilt when a build input changed.
+# 2. Our loaderx: a release wheel of this checkout, rebuilt when a build input changed
+#    (with the C tools it needs).
+bash scripts/build-tools.sh
 build_inputs_hash() {
     {
         "$VPY" -c 'import sys; print(sys.version)'

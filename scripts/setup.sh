@@ -7,7 +7,9 @@
 #   LOADERX_REBUILD=1 scripts/setup.sh   # force a rebuild of the extension
 #
 # Needs only what a fresh machine has: the Rust toolchain and python3 (>= 3.9)
-# with the venv module; everything else comes from PyPI.
+# with the venv module; everything else comes from PyPI, but for cmake and
+# nasm, which build libjpeg-turbo (scripts/build-tools.sh installs them as
+# root, from Debian's packages).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -38,7 +40,9 @@ fi
 
 # 3. Build and install our package (maturin develop: the native module goes
 #    next to the Python sources in python/loaderx/, which the venv imports in
-#    place). Skipped when no input of the build changed since the last one.
+#    place), with the C tools it needs. Skipped when no input of the build
+#    changed since the last one.
+bash scripts/build-tools.sh
 if [ ! -f pyproject.toml ]; then
     echo "setup: pyproject.toml not found at $ROOT; cannot build loaderx" >&2
     exit 1

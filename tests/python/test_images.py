@@ -1,6 +1,7 @@
 """Image streams: encoded images decoded natively into fixed-shape batches,
 against Pillow as the independent model: elpv-dataset's real PNGs
-bit-exact, JPEGs within 40 dB of Pillow's decode, WebPs as libwebp decodes
+bit-exact, JPEGs exactly as Pillow decodes them (both through
+libjpeg-turbo), CMYK JPEGs within a level of Pillow's RGB, WebPs as libwebp decodes
 them, resizes within one level of Pillow's bilinear; random crops and
 flips the same with any number of workers and after a resume; a bad image
 of each kind (truncated, wrong magic, a PNG bomb, empty) fails its step
@@ -63,13 +64,30 @@ def test_real_pngs_decode_exactly_as_pillow_reads_them(cells):
     assert np.array_equal(rgb["image"][3], np.asarray(Image.open(io.BytesIO(raw[3])).convert("RGB")))
 
 
-def test_jpegs_decode_within_40_db_of_pillow(photos):
+def test_jpegs_decode_exactly_as_pillow_decodes_them(photos):
+    # The issue asks for 40 dB of Pillow's decode; both use libjpeg-turbo's
+    # default inverse DCT and upsampling, so the pixels are the same.
     ds, raw = photos
     got = np.concatenate([b["image"] for b in batches(ds, Images((64, 96)), 3)])
     for k in range(24):
-        want = np.asarray(Image.open(io.BytesIO(raw[k])).convert("RGB"), dtype=np.float64)
-        mse = ((got[k].astype(np.float64) - want) ** 2).mean()
-        assert 10 * np.log10(255 ** 2 / max(mse, 1e-12)) >= 40, k
+        want = np.asarray(Image.open(io.BytesIO(raw[k])).convert("RGB"))
+        assert np.array_equal(got[k], want), k
+
+
+def test_cmyk_jpegs_decode_to_pillows_rgb_within_a_level(tmp_path):
+    rng = np.random.default_rng(3)
+    raw = []
+    for _ in range(4):
+        ink = Image.fromarray(rng.integers(0, 256, (6, 8, 4), dtype=np.uint8), "CMYK")
+        out = io.BytesIO()
+        ink.resize((64, 48), Image.BICUBIC).save(out, format="JPEG", quality=95)
+        raw.append(out.getvalue())
+    ds = BytesDataset.write(tmp_path / "cmyk", raw)
+    (batch,) = batches(ds, Images((48, 64)), 1, batch_size=4)
+    for k in range(4):
+        want = np.asarray(Image.open(io.BytesIO(raw[k])).convert("RGB"), dtype=np.int16)
+        assert Image.open(io.BytesIO(raw[k])).mode == "CMYK"
+        assert np.abs(batch["image"][k].astype(np.int16) - want).max() <= 1, k
 
 
 def test_webps_decode_as_libwebp_does(tmp_path, photos):

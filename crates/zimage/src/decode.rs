@@ -7,11 +7,11 @@ use image_webp::WebPDecoder;
 use zune_core::bytestream::ZCursor;
 use zune_core::colorspace::ColorSpace;
 use zune_core::options::DecoderOptions;
-use zune_jpeg::JpegDecoder;
 use zune_png::PngDecoder;
 
+use crate::crop::CropBox;
 use crate::error::ImageError;
-use crate::jpeg_frame::Frame;
+use crate::jpeg::JpegDecoder;
 
 /// The formats read, by their first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,52 +81,70 @@ pub struct Size {
     pub height: usize,
 }
 
+impl Size {
+    /// The box of the whole image.
+    pub fn whole(self) -> CropBox {
+        CropBox {
+            left: 0,
+            top: 0,
+            width: self.width,
+            height: self.height,
+        }
+    }
+}
+
 /// Decodes `bytes` into `pixels` (resized to fit) with the `channels`
 /// asked for, refusing images of over `max_pixels` pixels before decoding
 /// them. Gray becomes RGB by repeating it; RGB becomes gray by Pillow's
-/// `convert('L')` weights (ITU-R 601-2, rounded the same way); alpha is
-/// dropped, or opaque where it is added.
+/// `convert('L')` weights (ITU-R 601-2; a colour JPEG gives its luma,
+/// which is the same weighting); alpha is dropped, or opaque where it is
+/// added.
 pub fn decode(
     bytes: &[u8],
     channels: Channels,
     max_pixels: usize,
     pixels: &mut Vec<u8>,
 ) -> Result<Size, ImageError> {
-    let every_row = |size: Size| size.height;
-    decode_top(
+    decode_region(
         bytes,
         channels,
         max_pixels,
-        every_row,
+        Size::whole,
         pixels,
-        &mut Vec::new(),
+        &mut Decoders::default(),
     )
     .map(|d| d.size)
 }
 
-/// An image decoded from its top down to some row.
+/// Part of an image, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decoded {
     /// The whole image's size.
     pub size: Size,
-    /// The rows in the pixels: at least those asked for, at most
-    /// `size.height`.
-    pub rows: usize,
+    /// The region the pixels hold, row by row: at least the one asked for.
+    pub region: CropBox,
 }
 
-/// [`decode`], of at least the top `rows(size)` rows: a complete
-/// sequential JPEG stops soon below them (`copy` holds the copy of its
-/// file the decoder is given, `jpeg_frame.rs`), anything else decodes whole. `rows`
-/// is called once with the image's size before a JPEG that can stop early
-/// is decoded, and not at all otherwise. The rows decoded are the same
-/// bytes as in a whole decode.
-pub fn decode_top(
+/// The decoders a thread keeps from image to image, and their memory.
+#[derive(Default)]
+pub struct Decoders {
+    jpeg: JpegDecoder,
+    /// A CMYK JPEG's pixels before their conversion.
+    cmyk: Vec<u8>,
+}
+
+/// [`decode`], of at least the region `wanted(size)` of the image (which
+/// must lie inside it): a JPEG decodes little more (`jpeg.rs`), anything
+/// else decodes whole. `wanted` is called once, with the image's size,
+/// before any pixel is decoded, whatever the format. The pixels of the
+/// wanted region are the same bytes as in a whole decode.
+pub fn decode_region(
     bytes: &[u8],
     channels: Channels,
     max_pixels: usize,
-    rows: impl FnOnce(Size) -> usize,
+    wanted: impl FnOnce(Size) -> CropBox,
     pixels: &mut Vec<u8>,
-    copy: &mut Vec<u8>,
+    decoders: &mut Decoders,
 ) -> Result<Decoded, ImageError> {
     let format = Format::sniff(bytes)?;
     let failed = |reason: String| ImageError::Decode {
@@ -148,61 +166,17 @@ pub fn decode_top(
     };
     let whole = |size: Size| Decoded {
         size,
-        rows: size.height,
+        region: size.whole(),
     };
     match format {
         Format::Jpeg => {
-            let out = match channels {
-                Channels::Gray => ColorSpace::Luma,
-                Channels::Rgb => ColorSpace::RGB,
-                Channels::Rgba => ColorSpace::RGBA,
-            };
-            // The frame's own size places the crop; a lower height in a
-            // copy of the file then decodes only the rows it needs, and a
-            // tail in place of its end marker makes a scan that stops
-            // short an error (jpeg_frame.rs).
-            let mut size = None;
-            let mut source = bytes;
-            if let Some(frame) = Frame::of(bytes) {
-                let full = check((frame.width, frame.height))?;
-                size = Some(full);
-                let lowered = frame.lowered(rows(full));
-                if lowered.is_some() || frame.tail {
-                    frame.copy_with_height(bytes, lowered.unwrap_or(frame.height), copy);
-                    source = copy;
-                }
-            }
-            // Strict: a truncated or damaged stream is an error, not an
-            // image whose missing part is filled in.
-            let options = DecoderOptions::default()
-                .set_strict_mode(true)
-                .set_max_width(usize::MAX)
-                .set_max_height(usize::MAX)
-                .jpeg_set_out_colorspace(out);
-            let mut decoder = JpegDecoder::new_with_options(ZCursor::new(source), options);
-            decoder
-                .decode_headers()
-                .map_err(|e| failed(e.to_string()))?;
-            let (width, height) = decoder
-                .dimensions()
-                .ok_or_else(|| failed("no size".into()))?;
-            let decoded = match size {
-                Some(size) if size.width == width && height <= size.height => {
-                    Decoded { size, rows: height }
-                }
-                Some(size) => {
-                    return Err(failed(format!(
-                        "the decoder read {width}x{height} from a {}x{} frame",
-                        size.width, size.height
-                    )))
-                }
-                None => whole(check((width, height))?),
-            };
-            pixels.resize(width * decoded.rows * channels.count(), 0);
-            decoder
-                .decode_into(pixels)
-                .map_err(|e| failed(e.to_string()))?;
-            Ok(decoded)
+            let Decoders { jpeg, cmyk } = decoders;
+            let header = jpeg.header(bytes).map_err(failed)?;
+            let size = check((header.size.width, header.size.height))?;
+            let region = jpeg
+                .decode(bytes, header, wanted(size), channels, pixels, cmyk)
+                .map_err(failed)?;
+            Ok(Decoded { size, region })
         }
         Format::Png => {
             let options = DecoderOptions::default()
@@ -220,6 +194,8 @@ pub fn decode_top(
                     .dimensions()
                     .ok_or_else(|| failed("no size".into()))?,
             )?;
+            // Decoded whole, whatever region is wanted.
+            wanted(size);
             let space = decoder
                 .colorspace()
                 .ok_or_else(|| failed("no colour type".into()))?;
@@ -252,6 +228,7 @@ pub fn decode_top(
                 WebPDecoder::new(Cursor::new(bytes)).map_err(|e| failed(e.to_string()))?;
             let (width, height) = decoder.dimensions();
             let size = check((width as usize, height as usize))?;
+            wanted(size);
             let from = if decoder.has_alpha() { 4 } else { 3 };
             let mut decoded = vec![0; size.width * size.height * from];
             decoder
@@ -282,6 +259,20 @@ fn convert(pixels: &[u8], from: usize, to: Channels, out: &mut Vec<u8>) {
             Channels::Rgba => out.extend_from_slice(&[rgb[0], rgb[1], rgb[2], alpha]),
         }
     }
+}
+
+/// A CMYK JPEG's pixels, as Adobe's programs store them (inverted: 255 is
+/// no ink), as `to`, into `out`: each colour is its ink's value times
+/// black's, as Pillow converts them (within a level).
+pub(crate) fn cmyk_to(cmyk: &[u8], to: Channels, out: &mut Vec<u8>) {
+    let rgb: Vec<u8> = cmyk
+        .chunks_exact(4)
+        .flat_map(|p| {
+            let k = u32::from(p[3]);
+            [0, 1, 2].map(|c| ((u32::from(p[c]) * k + 127) / 255) as u8)
+        })
+        .collect();
+    convert(&rgb, 3, to, out);
 }
 
 /// Pillow's `L` of an RGB pixel: 0.299 R + 0.587 G + 0.114 B in 16-bit

@@ -17,10 +17,10 @@
 mod crop;
 mod decode;
 mod error;
-mod jpeg_frame;
+mod jpeg;
 mod pipeline;
 
 pub use crop::{Crop, CropBox, Draws};
-pub use decode::{decode, decode_top, Channels, Decoded, Format, Size};
+pub use decode::{decode, decode_region, Channels, Decoded, Decoders, Format, Size};
 pub use error::ImageError;
 pub use pipeline::{Normalize, Pipeline, Scratch, DEFAULT_MAX_PIXELS};

@@ -4,8 +4,8 @@
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
-use crate::crop::{Crop, Draws};
-use crate::decode::{decode_top, Channels, Decoded, Size};
+use crate::crop::{Crop, CropBox, Draws};
+use crate::decode::{decode_region, Channels, Decoded, Decoders, Size};
 use crate::error::ImageError;
 
 /// The most pixels an image may declare before it is refused undecoded
@@ -37,8 +37,7 @@ pub struct Pipeline {
 /// The memory a thread reuses from image to image.
 pub struct Scratch {
     decoded: Vec<u8>,
-    /// A sequential JPEG's file as the decoder is given it (`jpeg_frame.rs`).
-    jpeg_copy: Vec<u8>,
+    decoders: Decoders,
     resized: Vec<u8>,
     resizer: Resizer,
 }
@@ -47,7 +46,7 @@ impl Default for Scratch {
     fn default() -> Self {
         Scratch {
             decoded: Vec::new(),
-            jpeg_copy: Vec::new(),
+            decoders: Decoders::default(),
             resized: Vec::new(),
             resizer: Resizer::new(),
         }
@@ -108,11 +107,21 @@ impl Pipeline {
         self.values() * if self.normalize.is_some() { 4 } else { 1 }
     }
 
-    /// How many rows below a crop box of `rows` the resize may read: its
-    /// filter reaches one output pixel's span each side (Pillow's bilinear
-    /// support of 1, scaled when shrinking), plus one for rounding.
-    fn resize_reach(&self, rows: usize) -> usize {
-        rows.div_ceil(self.height) + 1
+    /// The region of a `size` image that the resize of `place` reads: the
+    /// box and, on each side, its filter's reach, one output pixel's span
+    /// (Pillow's bilinear support of 1, scaled when shrinking) and one
+    /// more for rounding.
+    fn resize_reads(&self, place: CropBox, size: Size) -> CropBox {
+        let reach_x = place.width.div_ceil(self.width) + 1;
+        let reach_y = place.height.div_ceil(self.height) + 1;
+        let left = place.left.saturating_sub(reach_x);
+        let top = place.top.saturating_sub(reach_y);
+        CropBox {
+            left,
+            top,
+            width: (place.left + place.width + reach_x).min(size.width) - left,
+            height: (place.top + place.height + reach_y).min(size.height) - top,
+        }
     }
 
     /// Runs the pipeline on `encoded` with the sample's `seed` (its crop
@@ -126,32 +135,33 @@ impl Pipeline {
     ) -> Result<(), ImageError> {
         let Scratch {
             decoded,
-            jpeg_copy,
+            decoders,
             resized,
             resizer,
         } = scratch;
         let mut draws = Draws::new(seed);
-        let place_in = |size: Size, draws: &mut Draws| {
-            self.crop
-                .place(size.width, size.height, (self.width, self.height), draws)
-        };
         // The box is placed as soon as the size is known, so that a JPEG
-        // decodes only down to it, else after the decode: the same draws.
+        // decodes little more than what the resize reads.
         let mut placed = None;
-        let rows_needed = |size: Size| {
-            let place = place_in(size, &mut draws);
+        let reads = |size: Size| {
+            let place = self.crop.place(
+                size.width,
+                size.height,
+                (self.width, self.height),
+                &mut draws,
+            );
             placed = Some(place);
-            place.top + place.height + self.resize_reach(place.height)
+            self.resize_reads(place, size)
         };
-        let Decoded { size, rows } = decode_top(
+        let Decoded { region, .. } = decode_region(
             encoded,
             self.channels,
             self.max_pixels,
-            rows_needed,
+            reads,
             decoded,
-            jpeg_copy,
+            decoders,
         )?;
-        let place = placed.unwrap_or_else(|| place_in(size, &mut draws));
+        let place = placed.expect("the box is placed before any pixels are decoded");
         let flip = self.flip && draws.coin();
         let pixel_type = match self.channels {
             Channels::Gray => PixelType::U8,
@@ -173,8 +183,13 @@ impl Pipeline {
                 format: "resize",
                 reason: e,
             };
-            let source = ImageRef::new(size.width as u32, rows as u32, decoded, pixel_type)
-                .map_err(|e| resize_failed(e.to_string()))?;
+            let source = ImageRef::new(
+                region.width as u32,
+                region.height as u32,
+                decoded,
+                pixel_type,
+            )
+            .map_err(|e| resize_failed(e.to_string()))?;
             let mut target =
                 Image::from_slice_u8(self.width as u32, self.height as u32, pixels, pixel_type)
                     .map_err(|e| resize_failed(e.to_string()))?;
@@ -184,8 +199,8 @@ impl Pipeline {
                 .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
                 .use_alpha(false)
                 .crop(
-                    place.left as f64,
-                    place.top as f64,
+                    (place.left - region.left) as f64,
+                    (place.top - region.top) as f64,
                     place.width as f64,
                     place.height as f64,
                 );

@@ -3,7 +3,9 @@
 //! JPEG within its loss), outputs follow the crop, flip and normalisation
 //! asked for, and every bad image is an error, never pixels.
 
-use zimage::{Channels, Crop, ImageError, Normalize, Pipeline, Scratch, DEFAULT_MAX_PIXELS};
+use zimage::{
+    Channels, Crop, CropBox, Decoders, ImageError, Normalize, Pipeline, Scratch, DEFAULT_MAX_PIXELS,
+};
 
 fn png_of(
     width: u32,
@@ -236,16 +238,62 @@ fn training_crops(h: usize, w: usize) -> Pipeline {
     }
 }
 
-/// `file` with a byte after its end marker, which takes it off the
-/// early-stopping path: decoded whole, from its own bytes.
-fn decoded_whole(file: &[u8]) -> Vec<u8> {
-    [file, &[0]].concat()
+/// `file` decoded whole and stored as a PNG, which decodes to exactly
+/// those pixels, whole: the reference for pipelines that decode a region.
+fn decoded_whole(file: &[u8]) -> Result<Vec<u8>, ImageError> {
+    let mut rgb = Vec::new();
+    let size = zimage::decode(file, Channels::Rgb, DEFAULT_MAX_PIXELS, &mut rgb)?;
+    Ok(rgb_png(size.width, size.height, &rgb))
+}
+
+/// Regions of a `w` x `h` image: every edge, and a spread of others.
+fn regions(w: usize, h: usize) -> Vec<CropBox> {
+    let mut draws = zimage::Draws::new(7);
+    let mut out = vec![
+        CropBox {
+            left: 0,
+            top: 0,
+            width: w,
+            height: h,
+        },
+        CropBox {
+            left: w - 1,
+            top: h - 1,
+            width: 1,
+            height: 1,
+        },
+        CropBox {
+            left: 0,
+            top: h - 1,
+            width: w,
+            height: 1,
+        },
+        CropBox {
+            left: w - 1,
+            top: 0,
+            width: 1,
+            height: h,
+        },
+    ];
+    for _ in 0..150 {
+        let (left, top) = (draws.below(w), draws.below(h));
+        let width = 1 + draws.below(w - left);
+        let height = 1 + draws.below(h - top);
+        out.push(CropBox {
+            left,
+            top,
+            width,
+            height,
+        });
+    }
+    out
 }
 
 #[test]
-fn a_jpeg_decoded_down_to_a_row_is_the_top_of_its_whole_decode() {
+fn a_jpeg_region_is_the_same_pixels_as_in_the_whole_image() {
     use jpeg_encoder::{ColorType, SamplingFactor as F};
     let size = (61, 75);
+    // (file, whether TurboJPEG names its layout and so decodes a region)
     let mut files = Vec::new();
     for sampling in [F::F_1_1, F::F_2_1, F::F_1_2, F::F_2_2] {
         for restart in [0, 3] {
@@ -255,42 +303,53 @@ fn a_jpeg_decoded_down_to_a_row_is_the_top_of_its_whole_decode() {
             ));
         }
     }
-    // Other layouts, whose top rows zune-jpeg decodes otherwise than in
-    // the whole image (4:1:1), are decoded whole.
-    for sampling in [F::F_4_1, F::F_2_4] {
-        files.push((jpeg_of(size, ColorType::Rgb, sampling, 0, false), false));
-    }
+    files.push((jpeg_of(size, ColorType::Rgb, F::F_4_1, 0, false), true));
+    files.push((jpeg_of(size, ColorType::Rgb, F::F_2_4, 0, false), false));
     files.push((jpeg_of(size, ColorType::Luma, F::F_1_1, 0, false), true));
-    // Progressive files code every row in each scan: decoded whole.
-    files.push((jpeg_of(size, ColorType::Rgb, F::F_2_2, 0, true), false));
-    let (mut whole, mut top, mut copy) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, (file, sequential)) in files.iter().enumerate() {
+    files.push((jpeg_of(size, ColorType::Rgb, F::F_2_2, 0, true), true));
+    files.push((jpeg_of(size, ColorType::Rgb, F::F_2_1, 2, true), true));
+    let (mut whole, mut part) = (Vec::new(), Vec::new());
+    let mut decoders = Decoders::default();
+    for (i, (file, croppable)) in files.iter().enumerate() {
         for channels in [Channels::Rgb, Channels::Gray, Channels::Rgba] {
             let size = zimage::decode(file, channels, DEFAULT_MAX_PIXELS, &mut whole).unwrap();
-            let row = size.width * channels.count();
-            for rows in 1..=size.height {
-                let d = zimage::decode_top(
+            let c = channels.count();
+            for wanted in regions(size.width, size.height) {
+                let d = zimage::decode_region(
                     file,
                     channels,
                     DEFAULT_MAX_PIXELS,
                     |s| {
                         assert_eq!(s, size);
-                        rows
+                        wanted
                     },
-                    &mut top,
-                    &mut copy,
+                    &mut part,
+                    &mut decoders,
                 )
                 .unwrap();
+                let got = d.region;
                 assert_eq!(d.size, size);
-                assert!(d.rows >= rows && d.rows <= size.height);
-                // Every sequential file stops early while it can.
-                let early = *sequential && rows + 1 < size.height;
-                assert_eq!(d.rows < size.height, early, "{rows} rows asked");
-                assert_eq!(top.len(), d.rows * row);
-                assert!(
-                    top[..rows * row] == whole[..rows * row],
-                    "file {i}, {channels:?}, {rows} rows: not the top of the whole decode"
-                );
+                if *croppable {
+                    // Only a column each side and those to the MCU's edge
+                    // are added.
+                    assert_eq!((got.top, got.height), (wanted.top, wanted.height));
+                    assert!(got.left <= wanted.left && wanted.left - got.left <= 32);
+                    let (end, wanted_end) = (got.left + got.width, wanted.left + wanted.width);
+                    assert!(end >= wanted_end && end - wanted_end <= 1);
+                } else {
+                    assert_eq!(got, size.whole());
+                }
+                assert_eq!(part.len(), got.width * got.height * c);
+                let skip = (wanted.left - got.left) * c;
+                for row in 0..wanted.height {
+                    let from = ((wanted.top + row) * size.width + wanted.left) * c;
+                    assert!(
+                        part[(wanted.top - got.top + row) * got.width * c + skip..]
+                            [..wanted.width * c]
+                            == whole[from..from + wanted.width * c],
+                        "file {i}, {channels:?}, {wanted:?}: row {row} differs"
+                    );
+                }
             }
         }
     }
@@ -298,36 +357,21 @@ fn a_jpeg_decoded_down_to_a_row_is_the_top_of_its_whole_decode() {
 
 #[test]
 fn random_crops_of_jpegs_are_the_same_pixels_as_from_whole_decodes() {
-    // The same pipeline over a file, and over the file decoded whole.
-    let file = jpeg_of(
-        (97, 131),
-        jpeg_encoder::ColorType::Rgb,
-        jpeg_encoder::SamplingFactor::F_2_2,
-        0,
-        false,
-    );
-    let whole = decoded_whole(&file);
-    for (h, w) in [(24, 24), (50, 40), (131, 97)] {
-        let p = training_crops(h, w);
-        for seed in 0..50 {
-            assert_eq!(
-                run(&p, &file, seed),
-                run(&p, &whole, seed),
-                "{h}x{w}, seed {seed}"
-            );
+    // The same pipeline over a file, and over its whole decode as a PNG.
+    use jpeg_encoder::SamplingFactor as F;
+    for sampling in [F::F_2_2, F::F_2_1, F::F_1_1] {
+        let file = jpeg_of((97, 131), jpeg_encoder::ColorType::Rgb, sampling, 0, false);
+        let whole = decoded_whole(&file).unwrap();
+        for (h, w) in [(24, 24), (50, 40), (131, 97)] {
+            let p = training_crops(h, w);
+            for seed in 0..50 {
+                assert_eq!(
+                    run(&p, &file, seed),
+                    run(&p, &whole, seed),
+                    "{sampling:?}, {h}x{w}, seed {seed}"
+                );
+            }
         }
-    }
-    // A file cut short has no end marker: an error whatever box is drawn.
-    for seed in 0..50 {
-        let cut = &file[..file.len() * 3 / 4];
-        let p = Pipeline {
-            crop: Crop::RandomResized {
-                scale: (0.08, 0.1),
-                ratio: (0.75, 4.0 / 3.0),
-            },
-            ..pipeline(24, 24, Channels::Rgb)
-        };
-        assert!(matches!(run(&p, cut, seed), Err(ImageError::Decode { .. })));
     }
 }
 
@@ -337,24 +381,29 @@ fn sof_height_at(file: &[u8]) -> usize {
 }
 
 #[test]
-fn a_jpeg_whose_data_stops_before_its_end_marker_is_an_error_below_where_it_stops() {
-    // The file of an interrupted copy that got its end marker back, and
-    // one whose frame declares twice the rows its scan codes: the rows
-    // coded decode, any below them are an error, not rows made of zeros.
+fn a_jpeg_whose_data_stops_short_is_an_error_where_a_region_reaches_past_it() {
+    // Files cut short, with and without their end marker put back, and one
+    // whose frame declares twice the rows its scan codes: decoded whole,
+    // each is an error, not rows made up; a region above where the data
+    // stops decodes as in the complete file.
     use jpeg_encoder::{ColorType, SamplingFactor as F};
     let (w, h) = (48, 64);
     let layouts = [
         (ColorType::Rgb, F::F_1_1),
         (ColorType::Rgb, F::F_2_1),
+        (ColorType::Rgb, F::F_1_2),
         (ColorType::Rgb, F::F_2_2),
         (ColorType::Luma, F::F_1_1),
     ];
-    let (mut whole, mut top, mut copy) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut whole, mut part) = (Vec::new(), Vec::new());
+    let mut decoders = Decoders::default();
+    let rgb = Channels::Rgb;
     for (color, sampling) in layouts {
         for restart in [0, 3] {
             let file = jpeg_of((w, h), color, sampling, restart, false);
             let mut bad = Vec::new();
-            for cut in [file.len() / 3, file.len() * 2 / 3] {
+            for cut in [file.len() / 3, file.len() * 2 / 3, file.len() - 3] {
+                bad.push(file[..cut].to_vec());
                 bad.push([&file[..cut], &[0xFF, 0xD9]].concat());
             }
             let mut taller = file.clone();
@@ -362,33 +411,40 @@ fn a_jpeg_whose_data_stops_before_its_end_marker_is_an_error_below_where_it_stop
             taller[at..at + 2].copy_from_slice(&(2 * h).to_be_bytes());
             bad.push(taller.clone());
             for bad in &bad {
-                let err = zimage::decode(bad, Channels::Rgb, DEFAULT_MAX_PIXELS, &mut whole);
+                let err = zimage::decode(bad, rgb, DEFAULT_MAX_PIXELS, &mut whole);
                 assert!(
                     matches!(err, Err(ImageError::Decode { format: "JPEG", .. })),
                     "{color:?} {sampling:?} restart {restart}: {:?}",
                     err.map(|_| ())
                 );
             }
-            zimage::decode(&file, Channels::Rgb, DEFAULT_MAX_PIXELS, &mut whole).unwrap();
+            zimage::decode(&file, rgb, DEFAULT_MAX_PIXELS, &mut whole).unwrap();
             let (rows, row) = (40, usize::from(w) * 3);
-            let rgb = Channels::Rgb;
-            let d = zimage::decode_top(
+            let top = |height| {
+                move |_| CropBox {
+                    left: 0,
+                    top: 0,
+                    width: usize::from(w),
+                    height,
+                }
+            };
+            let d = zimage::decode_region(
                 &taller,
                 rgb,
                 DEFAULT_MAX_PIXELS,
-                |_| rows,
-                &mut top,
-                &mut copy,
+                top(rows),
+                &mut part,
+                &mut decoders,
             );
-            assert_eq!(d.unwrap().rows, rows + 1);
-            assert!(top[..rows * row] == whole[..rows * row]);
-            let d = zimage::decode_top(
+            assert_eq!(d.unwrap().region.height, rows);
+            assert!(part == whole[..rows * row]);
+            let d = zimage::decode_region(
                 &taller,
                 rgb,
                 DEFAULT_MAX_PIXELS,
-                |_| 100,
-                &mut top,
-                &mut copy,
+                top(100),
+                &mut part,
+                &mut decoders,
             );
             assert!(matches!(d, Err(ImageError::Decode { .. })), "{d:?}");
         }
@@ -399,10 +455,10 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
     /// Damaged JPEGs (bytes changed, the frame's size changed, cut short
     /// with or without an end marker put back) through random crops give
-    /// pixels or an error, never a panic; and when both the early-stopping
-    /// decode and the whole one give pixels, they are the same.
+    /// pixels or an error, never a panic; and when both the file and its
+    /// whole decode give pixels, they are the same.
     #[test]
-    fn damaged_jpegs_give_pixels_or_errors_and_the_early_stop_changes_neither(
+    fn damaged_jpegs_give_pixels_or_errors_and_regions_change_neither(
         changes in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>()), 0..4),
         height in proptest::option::of(0u16..200),
         width in proptest::option::of(0u16..200),
@@ -434,10 +490,10 @@ proptest::proptest! {
                 file.extend_from_slice(&[0xFF, 0xD9]);
             }
         }
-        let whole_file = decoded_whole(&file);
         let p = training_crops(16, 16);
-        if let (Ok(early), Ok(whole)) = (run(&p, &file, seed), run(&p, &whole_file, seed)) {
-            proptest::prop_assert_eq!(early, whole);
+        let cropped = run(&p, &file, seed);
+        if let (Ok(cropped), Ok(whole)) = (&cropped, decoded_whole(&file)) {
+            proptest::prop_assert_eq!(cropped, &run(&p, &whole, seed).unwrap());
         }
     }
 }

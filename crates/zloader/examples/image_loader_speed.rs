@@ -2,10 +2,8 @@
 //! (`FOLDER/<class>/<image>`): on one
 //! core a full decode and the training pipeline (decode, random-resized
 //! crop to 224 x 224, flip), then through the loader (every file stored raw
-//! as one record, batches of 256 decoded on the workers), then the pipeline
-//! on one core again with every row decoded (each file with a byte after
-//! its end marker, which `jpeg_frame.rs` leaves to a whole decode). Run by
-//! bench/image_decoders.py; prints the four rates on one line per round.
+//! as one record, batches of 256 decoded on the workers). Run by
+//! bench/image_decoders.py; prints the three rates on one line per round.
 //!
 //!     cargo run --release -p zloader --example image_loader_speed -- FOLDER [WORKERS] [SECONDS] [ROUNDS]
 
@@ -48,10 +46,6 @@ fn main() {
         normalize: None,
         max_pixels: DEFAULT_MAX_PIXELS,
     });
-    let tailed: Vec<Vec<u8>> = files
-        .iter()
-        .map(|f| [f.as_slice(), &[0]].concat())
-        .collect();
     let dir = tempfile::tempdir().expect("a temporary folder");
     let store = Arc::new(Store::open(dir.path().join("images.zr")).expect("a new store"));
     let slices: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
@@ -70,17 +64,13 @@ fn main() {
         }
         let full = per_second(files.len(), start);
         let (mut out, mut scratch) = (vec![0u8; pipeline.sample_len()], Scratch::default());
-        let mut one_core_on = |set: &[Vec<u8>]| {
-            let start = Instant::now();
-            for (seed, file) in (0u64..).zip(set) {
-                pipeline
-                    .run(file, seed, &mut out, &mut scratch)
-                    .expect("an image");
-            }
-            per_second(set.len(), start)
-        };
-        let one_core = one_core_on(&files);
-        let every_row = one_core_on(&tailed);
+        let start = Instant::now();
+        for (seed, file) in (0u64..).zip(&files) {
+            pipeline
+                .run(file, seed, &mut out, &mut scratch)
+                .expect("an image");
+        }
+        let one_core = per_second(files.len(), start);
         let stream = Stream::mixed(
             vec![store.clone()],
             Layout::Image(pipeline.clone(), BadImages::Fail),
@@ -98,6 +88,6 @@ fn main() {
             images += loader.next().expect("a batch").indices.len();
         }
         let loader_rate = per_second(images, start);
-        println!("{full:.1} {one_core:.1} {loader_rate:.1} {every_row:.1}");
+        println!("{full:.1} {one_core:.1} {loader_rate:.1}");
     }
 }
