@@ -21,6 +21,9 @@ OUT="$ROOT/dist"
 TARGETS="${WHEEL_TARGETS:-x86_64 aarch64}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/wheels}"
+# Each wheel builds libjpeg-turbo from the turbojpeg-sys crate, for its own
+# target with its own compiler, whatever library the native builds link.
+unset TURBOJPEG_SOURCE TURBOJPEG_LIB_DIR
 
 log() { echo "build-wheels: $*"; }
 

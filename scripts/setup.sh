@@ -8,8 +8,9 @@
 #
 # Needs only what a fresh machine has: the Rust toolchain and python3 (>= 3.9)
 # with the venv module; everything else comes from PyPI, but for cmake and
-# nasm, which build libjpeg-turbo (scripts/build-tools.sh installs them as
-# root, from Debian's packages).
+# nasm, which build libjpeg-turbo (scripts/build-tools.sh, which
+# scripts/libjpeg-turbo.sh calls, installs them as root from Debian's
+# packages).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,9 +41,8 @@ fi
 
 # 3. Build and install our package (maturin develop: the native module goes
 #    next to the Python sources in python/loaderx/, which the venv imports in
-#    place), with the C tools it needs. Skipped when no input of the build
-#    changed since the last one.
-bash scripts/build-tools.sh
+#    place), linking libjpeg-turbo built once by scripts/libjpeg-turbo.sh.
+#    Skipped when no input of the build changed since the last one.
 if [ ! -f pyproject.toml ]; then
     echo "setup: pyproject.toml not found at $ROOT; cannot build loaderx" >&2
     exit 1
@@ -69,6 +69,8 @@ if [ "${LOADERX_REBUILD:-0}" != 1 ] && [ "$want" = "$have" ] \
     exit 0
 fi
 
+TURBOJPEG_LIB_DIR=$(bash scripts/libjpeg-turbo.sh)
+export TURBOJPEG_SOURCE=explicit TURBOJPEG_LIB_DIR
 log "building loaderx (maturin develop --release)"
 rm -f "$STAMP"
 (

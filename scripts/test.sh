@@ -50,6 +50,11 @@ setsid --wait bash scripts/test-inputs.sh >"$INPUTS_LOG" 2>&1 </dev/null &
 INPUTS=$!
 echo "==> [$((SECONDS - START))s] test inputs: bash scripts/test-inputs.sh, in the background (log: $INPUTS_LOG)"
 
+# The native builds below link the libjpeg-turbo that setup built once
+# (scripts/libjpeg-turbo.sh); the wheels build it from the crate.
+TURBOJPEG_LIB_DIR=$(bash scripts/libjpeg-turbo.sh)
+export TURBOJPEG_SOURCE=explicit TURBOJPEG_LIB_DIR
+
 step fmt bash -c "cargo fmt --all --check && cargo fmt --all --check --manifest-path fuzz/Cargo.toml"
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 # No --workspace: the binding crate (loaderx-python) has no Rust tests;
