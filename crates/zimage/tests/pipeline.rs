@@ -382,10 +382,10 @@ fn sof_height_at(file: &[u8]) -> usize {
 
 #[test]
 fn a_jpeg_whose_data_stops_short_is_an_error_where_a_region_reaches_past_it() {
-    // Files cut short, with and without their end marker put back, and one
-    // whose frame declares twice the rows its scan codes: decoded whole,
-    // each is an error, not rows made up; a region above where the data
-    // stops decodes as in the complete file.
+    // Files cut short, with and without their end marker put back (and
+    // bytes after it), and one whose frame declares twice the rows its scan
+    // codes: decoded whole, each is an error, not rows made up; a region
+    // above where the data stops decodes as in the complete file.
     use jpeg_encoder::{ColorType, SamplingFactor as F};
     let (w, h) = (48, 64);
     let layouts = [
@@ -405,6 +405,7 @@ fn a_jpeg_whose_data_stops_short_is_an_error_where_a_region_reaches_past_it() {
             for cut in [file.len() / 3, file.len() * 2 / 3, file.len() - 3] {
                 bad.push(file[..cut].to_vec());
                 bad.push([&file[..cut], &[0xFF, 0xD9]].concat());
+                bad.push([&file[..cut], &[0xFF, 0xD9, 0, 1, 2]].concat());
             }
             let mut taller = file.clone();
             let at = sof_height_at(&taller);
@@ -447,6 +448,38 @@ fn a_jpeg_whose_data_stops_short_is_an_error_where_a_region_reaches_past_it() {
                 &mut decoders,
             );
             assert!(matches!(d, Err(ImageError::Decode { .. })), "{d:?}");
+        }
+    }
+    // Progressive files, whose every scan covers the whole image: an error
+    // whatever the region.
+    for sampling in [F::F_2_2, F::F_2_1] {
+        let file = jpeg_of((w, h), ColorType::Rgb, sampling, 0, true);
+        for cut in [file.len() / 3, file.len() * 2 / 3, file.len() - 3] {
+            for tail in [&[][..], &[0xFF, 0xD9], &[0xFF, 0xD9, 0, 1, 2]] {
+                let bad = [&file[..cut], tail].concat();
+                let err = zimage::decode(&bad, rgb, DEFAULT_MAX_PIXELS, &mut whole);
+                assert!(
+                    matches!(err, Err(ImageError::Decode { format: "JPEG", .. })),
+                    "progressive {sampling:?} cut at {cut}: {:?}",
+                    err.map(|_| ())
+                );
+                // Whatever the region: every scan covers it.
+                let first_rows = |_| CropBox {
+                    left: 0,
+                    top: 0,
+                    width: 8,
+                    height: 8,
+                };
+                let d = zimage::decode_region(
+                    &bad,
+                    rgb,
+                    DEFAULT_MAX_PIXELS,
+                    first_rows,
+                    &mut part,
+                    &mut decoders,
+                );
+                assert!(matches!(d, Err(ImageError::Decode { .. })), "{d:?}");
+            }
         }
     }
 }
