@@ -7,8 +7,9 @@
 //! of MCUs (8, 16 or 32 pixels wide), so the region decoded may start left
 //! of the one asked for; its edge columns may differ from the whole image's
 //! (their chroma is upsampled without their neighbours'), so it reaches a
-//! column past the one asked for on each side. Layouts that TurboJPEG cannot name (sampling
-//! factors other than its seven) and lossless files decode whole.
+//! column past the one asked for on each side. Layouts that TurboJPEG cannot
+//! name (sampling factors other than its seven) and lossless files decode
+//! whole.
 //!
 //! Warnings are errors: libjpeg-turbo warns of damaged data that it decodes
 //! on regardless (compressed data that stops short is decoded as flat gray),
@@ -136,10 +137,14 @@ impl JpegDecoder {
     ) -> Result<CropBox, String> {
         let handle = self.handle()?;
         let Size { width, height } = header.size;
+        // An empty region would read as "to the edge" to TurboJPEG (a width
+        // or height of 0), more rows than `into` holds: decoded whole.
+        let inside = wanted.width > 0
+            && wanted.height > 0
+            && wanted.left + wanted.width <= width
+            && wanted.top + wanted.height <= height;
         let region = match header.mcu_width {
-            Some(mcu)
-                if wanted.left + wanted.width <= width && wanted.top + wanted.height <= height =>
-            {
+            Some(mcu) if inside => {
                 // A region's edge columns are upsampled from its own chroma
                 // alone (where the whole image's use their neighbours'), so
                 // one more column is decoded on each side that has one.

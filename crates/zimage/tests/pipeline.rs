@@ -356,6 +356,63 @@ fn a_jpeg_region_is_the_same_pixels_as_in_the_whole_image() {
 }
 
 #[test]
+fn empty_or_outside_regions_decode_the_whole_jpeg() {
+    let file = jpeg_of(
+        (40, 30),
+        jpeg_encoder::ColorType::Rgb,
+        jpeg_encoder::SamplingFactor::F_2_2,
+        0,
+        false,
+    );
+    let (mut part, mut decoders) = (Vec::new(), Decoders::default());
+    let odd = [
+        CropBox {
+            left: 8,
+            top: 4,
+            width: 10,
+            height: 0,
+        },
+        CropBox {
+            left: 8,
+            top: 4,
+            width: 0,
+            height: 10,
+        },
+        CropBox {
+            left: 0,
+            top: 0,
+            width: 0,
+            height: 0,
+        },
+        CropBox {
+            left: 35,
+            top: 4,
+            width: 10,
+            height: 10,
+        },
+        CropBox {
+            left: 8,
+            top: 25,
+            width: 10,
+            height: 10,
+        },
+    ];
+    for wanted in odd {
+        let d = zimage::decode_region(
+            &file,
+            Channels::Rgb,
+            DEFAULT_MAX_PIXELS,
+            |_| wanted,
+            &mut part,
+            &mut decoders,
+        )
+        .unwrap();
+        assert_eq!(d.region, d.size.whole(), "{wanted:?}");
+        assert_eq!(part.len(), 40 * 30 * 3);
+    }
+}
+
+#[test]
 fn random_crops_of_jpegs_are_the_same_pixels_as_from_whole_decodes() {
     // The same pipeline over a file, and over its whole decode as a PNG.
     use jpeg_encoder::SamplingFactor as F;
