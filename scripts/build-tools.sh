@@ -4,7 +4,7 @@
 # here: cmake, and nasm for its x86 SIMD code (without which the build
 # stops: the decoder would be several times slower). As root it installs
 # Debian's packages with apt-get, otherwise it says what to run. Called by
-# scripts/setup.sh and bench/run.sh.
+# scripts/libjpeg-turbo.sh and bench/run.sh.
 set -euo pipefail
 
 missing=()

@@ -6,8 +6,9 @@
 # "explicit" source: TURBOJPEG_SOURCE=explicit, TURBOJPEG_LIB_DIR=<folder>)
 # instead of letting each cargo profile build the whole of libjpeg-turbo, its
 # programs and tests included: in a CI run, three builds become one of the
-# library alone. Plain cargo commands, the wheels and the sdist build it from
-# the crate as usual, from the same sources with the same options.
+# library alone (the sdist test, run by test.sh, links it too). The wheels,
+# plain cargo commands and pip outside these scripts build it from the crate
+# as usual, from the same sources with the same options.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

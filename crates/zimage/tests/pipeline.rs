@@ -246,45 +246,30 @@ fn decoded_whole(file: &[u8]) -> Result<Vec<u8>, ImageError> {
     Ok(rgb_png(size.width, size.height, &rgb))
 }
 
+/// The box of `width` x `height` pixels from column `left`, row `top`.
+fn rect(left: usize, top: usize, width: usize, height: usize) -> CropBox {
+    CropBox {
+        left,
+        top,
+        width,
+        height,
+    }
+}
+
 /// Regions of a `w` x `h` image: every edge, and a spread of others.
 fn regions(w: usize, h: usize) -> Vec<CropBox> {
     let mut draws = zimage::Draws::new(7);
     let mut out = vec![
-        CropBox {
-            left: 0,
-            top: 0,
-            width: w,
-            height: h,
-        },
-        CropBox {
-            left: w - 1,
-            top: h - 1,
-            width: 1,
-            height: 1,
-        },
-        CropBox {
-            left: 0,
-            top: h - 1,
-            width: w,
-            height: 1,
-        },
-        CropBox {
-            left: w - 1,
-            top: 0,
-            width: 1,
-            height: h,
-        },
+        rect(0, 0, w, h),
+        rect(w - 1, h - 1, 1, 1),
+        rect(0, h - 1, w, 1),
+        rect(w - 1, 0, 1, h),
     ];
     for _ in 0..150 {
         let (left, top) = (draws.below(w), draws.below(h));
         let width = 1 + draws.below(w - left);
         let height = 1 + draws.below(h - top);
-        out.push(CropBox {
-            left,
-            top,
-            width,
-            height,
-        });
+        out.push(rect(left, top, width, height));
     }
     out
 }
@@ -366,36 +351,11 @@ fn empty_or_outside_regions_decode_the_whole_jpeg() {
     );
     let (mut part, mut decoders) = (Vec::new(), Decoders::default());
     let odd = [
-        CropBox {
-            left: 8,
-            top: 4,
-            width: 10,
-            height: 0,
-        },
-        CropBox {
-            left: 8,
-            top: 4,
-            width: 0,
-            height: 10,
-        },
-        CropBox {
-            left: 0,
-            top: 0,
-            width: 0,
-            height: 0,
-        },
-        CropBox {
-            left: 35,
-            top: 4,
-            width: 10,
-            height: 10,
-        },
-        CropBox {
-            left: 8,
-            top: 25,
-            width: 10,
-            height: 10,
-        },
+        rect(8, 4, 10, 0),
+        rect(8, 4, 0, 10),
+        rect(0, 0, 0, 0),
+        rect(35, 4, 10, 10),
+        rect(8, 25, 10, 10),
     ];
     for wanted in odd {
         let d = zimage::decode_region(
@@ -455,15 +415,19 @@ fn a_jpeg_whose_data_stops_short_is_an_error_where_a_region_reaches_past_it() {
     let (mut whole, mut part) = (Vec::new(), Vec::new());
     let mut decoders = Decoders::default();
     let rgb = Channels::Rgb;
+    // A file cut at three places, each with nothing after the cut, its end
+    // marker, or its end marker and more bytes.
+    let cut_files = |file: &[u8]| {
+        let cuts = [file.len() / 3, file.len() * 2 / 3, file.len() - 3];
+        let tails: [&[u8]; 3] = [&[], &[0xFF, 0xD9], &[0xFF, 0xD9, 0, 1, 2]];
+        cuts.into_iter()
+            .flat_map(|cut| tails.map(|tail| [&file[..cut], tail].concat()))
+            .collect::<Vec<_>>()
+    };
     for (color, sampling) in layouts {
         for restart in [0, 3] {
             let file = jpeg_of((w, h), color, sampling, restart, false);
-            let mut bad = Vec::new();
-            for cut in [file.len() / 3, file.len() * 2 / 3, file.len() - 3] {
-                bad.push(file[..cut].to_vec());
-                bad.push([&file[..cut], &[0xFF, 0xD9]].concat());
-                bad.push([&file[..cut], &[0xFF, 0xD9, 0, 1, 2]].concat());
-            }
+            let mut bad = cut_files(&file);
             let mut taller = file.clone();
             let at = sof_height_at(&taller);
             taller[at..at + 2].copy_from_slice(&(2 * h).to_be_bytes());
@@ -478,14 +442,7 @@ fn a_jpeg_whose_data_stops_short_is_an_error_where_a_region_reaches_past_it() {
             }
             zimage::decode(&file, rgb, DEFAULT_MAX_PIXELS, &mut whole).unwrap();
             let (rows, row) = (40, usize::from(w) * 3);
-            let top = |height| {
-                move |_| CropBox {
-                    left: 0,
-                    top: 0,
-                    width: usize::from(w),
-                    height,
-                }
-            };
+            let top = |height| move |_| rect(0, 0, usize::from(w), height);
             let d = zimage::decode_region(
                 &taller,
                 rgb,
@@ -511,32 +468,24 @@ fn a_jpeg_whose_data_stops_short_is_an_error_where_a_region_reaches_past_it() {
     // whatever the region.
     for sampling in [F::F_2_2, F::F_2_1] {
         let file = jpeg_of((w, h), ColorType::Rgb, sampling, 0, true);
-        for cut in [file.len() / 3, file.len() * 2 / 3, file.len() - 3] {
-            for tail in [&[][..], &[0xFF, 0xD9], &[0xFF, 0xD9, 0, 1, 2]] {
-                let bad = [&file[..cut], tail].concat();
-                let err = zimage::decode(&bad, rgb, DEFAULT_MAX_PIXELS, &mut whole);
-                assert!(
-                    matches!(err, Err(ImageError::Decode { format: "JPEG", .. })),
-                    "progressive {sampling:?} cut at {cut}: {:?}",
-                    err.map(|_| ())
-                );
-                // Whatever the region: every scan covers it.
-                let first_rows = |_| CropBox {
-                    left: 0,
-                    top: 0,
-                    width: 8,
-                    height: 8,
-                };
-                let d = zimage::decode_region(
-                    &bad,
-                    rgb,
-                    DEFAULT_MAX_PIXELS,
-                    first_rows,
-                    &mut part,
-                    &mut decoders,
-                );
-                assert!(matches!(d, Err(ImageError::Decode { .. })), "{d:?}");
-            }
+        for (k, bad) in cut_files(&file).iter().enumerate() {
+            let err = zimage::decode(bad, rgb, DEFAULT_MAX_PIXELS, &mut whole);
+            assert!(
+                matches!(err, Err(ImageError::Decode { format: "JPEG", .. })),
+                "progressive {sampling:?}, cut file {k}: {:?}",
+                err.map(|_| ())
+            );
+            // Whatever the region: every scan covers it.
+            let first_rows = |_| rect(0, 0, 8, 8);
+            let d = zimage::decode_region(
+                bad,
+                rgb,
+                DEFAULT_MAX_PIXELS,
+                first_rows,
+                &mut part,
+                &mut decoders,
+            );
+            assert!(matches!(d, Err(ImageError::Decode { .. })), "{d:?}");
         }
     }
 }

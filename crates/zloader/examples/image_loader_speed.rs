@@ -87,7 +87,6 @@ fn main() {
         while start.elapsed() < Duration::from_secs_f64(seconds) {
             images += loader.next().expect("a batch").indices.len();
         }
-        let loader_rate = per_second(images, start);
-        println!("{full:.1} {one_core:.1} {loader_rate:.1}");
+        println!("{full:.1} {one_core:.1} {:.1}", per_second(images, start));
     }
 }
