@@ -8,12 +8,14 @@ once into bench/out/wallpaper-crops.
 Timed, medians of 3 rounds over every file:
 * ours (crates/zimage: libjpeg-turbo 3.1, built by turbojpeg-sys): a full
   decode to RGB, and the training pipeline (decode of the region the crop
-  reads, random-resized crop to 224 x 224, flip), on one core; then the
-  same pipeline through the loader's image stream with 2 workers
-  (crates/zloader/examples/image_loader_speed.rs);
+  reads, random-resized crop to 224 x 224, flip), on one core, without and
+  with draft (scaled decodes); then the pipeline through the loader's image
+  stream with 2 workers (crates/zloader/examples/image_loader_speed.rs);
 * libjpeg-turbo through simplejpeg: a full decode to RGB, the physical
   limit the image issue sets;
 * Pillow: a full decode, and decode + crop + bilinear resize to 224.
+Then the same for ours and simplejpeg on the wallpapers' own JPEGs, at
+their own sizes (720 x 1440 to 5120 x 2880), where draft applies.
 """
 
 import io
@@ -43,35 +45,60 @@ def main():
 
     wallpaper_crops.make(CROPS)
     files = [p.read_bytes() for p in sorted(CROPS.rglob("*.jpg"))]
-    out = subprocess.run(
-        ["cargo", "run", "--release", "-q", "-p", "zloader", "--example", "image_loader_speed",
-         "--", str(CROPS), "2", "4", "3"], cwd=ROOT, check=True, capture_output=True,
-        text=True).stdout
-    ours = [tuple(map(float, line.split())) for line in out.split("\n") if line.strip()]
+    ours = loader_speed(CROPS)
 
     def pillow_crop(f):
         Image.open(io.BytesIO(f)).convert("RGB").resize(
             (224, 224), Image.BILINEAR, box=(50, 40, 400, 300))
 
+    def limit(files):
+        return statistics.median(
+            rate(lambda f: simplejpeg.decode_jpeg(f, colorspace="RGB"), files) for _ in range(3))
+
     rows = {
         "ours (libjpeg-turbo): full decode": statistics.median(r[0] for r in ours),
         "ours: decode of the crop's region + random-resized crop 224 + flip":
             statistics.median(r[1] for r in ours),
+        "ours: the same with draft (scaled decodes)": statistics.median(r[2] for r in ours),
         "ours through the loader, 2 workers (both cores), batch 256":
-            statistics.median(r[2] for r in ours),
-        "libjpeg-turbo (simplejpeg): full decode": statistics.median(
-            rate(lambda f: simplejpeg.decode_jpeg(f, colorspace="RGB"), files) for _ in range(3)),
+            statistics.median(r[3] for r in ours),
+        "libjpeg-turbo (simplejpeg): full decode": limit(files),
         "Pillow: full decode": statistics.median(
             rate(lambda f: Image.open(io.BytesIO(f)).convert("RGB").load(), files)
             for _ in range(3)),
         "Pillow: decode + crop + resize 224": statistics.median(
             rate(pillow_crop, files) for _ in range(3)),
     }
+    table(f"{len(files)} JPEGs of 500 x 375 (quality 90), one core unless said", rows)
+
+    photos = sorted(wallpaper_crops.WALLPAPERS.rglob("*.jpg"))
+    ours = loader_speed(wallpaper_crops.WALLPAPERS)
+    rows = {
+        "ours (libjpeg-turbo): full decode": statistics.median(r[0] for r in ours),
+        "ours: decode of the crop's region + random-resized crop 224 + flip":
+            statistics.median(r[1] for r in ours),
+        "ours: the same with draft (scaled decodes)": statistics.median(r[2] for r in ours),
+        "libjpeg-turbo (simplejpeg): full decode": limit([p.read_bytes() for p in photos]),
+    }
+    table(f"{len(photos)} JPEGs of the wallpapers at their own sizes, one core", rows)
+
+
+def loader_speed(folder):
+    """The rates of image_loader_speed over `folder`, a tuple per round."""
+    out = subprocess.run(
+        ["cargo", "run", "--release", "-q", "-p", "zloader", "--example", "image_loader_speed",
+         "--", str(folder), "2", "4", "3"], cwd=ROOT, check=True, capture_output=True,
+        text=True).stdout
+    return [tuple(map(float, line.split())) for line in out.split("\n") if line.strip()]
+
+
+def table(title, rows):
     limit = rows["libjpeg-turbo (simplejpeg): full decode"]
-    print(f"{len(files)} JPEGs of 500 x 375 (quality 90), one core unless said\n")
+    print(f"{title}\n")
     print("| decoder | images/s | / libjpeg-turbo full decode |\n|---|---|---|")
     for name, value in rows.items():
         print(f"| {name} | {value:,.0f} | {value / limit:.2f}× |")
+    print()
 
 
 if __name__ == "__main__":

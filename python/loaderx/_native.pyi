@@ -334,6 +334,7 @@ class ImagePipeline:
         std: Sequence[float] | None = None,
         max_pixels: int = ...,
         blank: bool = False,
+        draft: bool = False,
     ) -> None: ...
     @property
     def sample_len(self) -> int: ...

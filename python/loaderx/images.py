@@ -49,6 +49,12 @@ class Images:
             ``float32`` ``(value / 255 - mean) / std``.
         max_pixels: images that declare more pixels are refused before they
             are decoded (a decompression bomb).
+        draft: let a JPEG whose box is at least twice the output each way
+            decode at 1/2, 1/4 or 1/8 of its size (libjpeg-turbo's scaled
+            inverse DCT), the least at which the box keeps the output's
+            pixels, as Pillow's ``draft()`` does: several times faster on
+            large photographs, and pixels that differ slightly from a full
+            decode's (see docs/images.md).
         on_error: what a record that is not a decodable image does:
             ``'raise'`` fails its step with a ValueError naming the record;
             ``'blank'`` makes it a blank sample (every value zero) and marks
@@ -75,6 +81,7 @@ class Images:
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         max_pixels: int = ImagePipeline.DEFAULT_MAX_PIXELS,
+        draft: bool = False,
         on_error: str = "raise",
     ) -> None:
         if isinstance(size, (bool, np.bool_)):
@@ -90,7 +97,7 @@ class Images:
         self.native = ImagePipeline(
             height, width, channels, crop, float(fraction),
             (float(scale[0]), float(scale[1])), (float(ratio[0]), float(ratio[1])), bool(flip),
-            mean, std, max_pixels, on_error == "blank",
+            mean, std, max_pixels, on_error == "blank", bool(draft),
         )
         #: The shape of one sample, and its dtype.
         self.shape = (height, width, channels)
@@ -102,6 +109,10 @@ class Images:
             "ratio": [float(r) for r in ratio], "flip": bool(flip), "mean": mean, "std": std,
             "on_error": on_error,
         }
+        # Only where set, so that states saved before the option existed
+        # still match.
+        if draft:
+            self.identity["draft"] = True
 
     def __repr__(self) -> str:
         i = self.identity
@@ -112,7 +123,7 @@ class Images:
             shown["fraction"] = i["fraction"]
         if i["crop"] == "random":
             shown.update(scale=tuple(i["scale"]), ratio=tuple(i["ratio"]))
-        shown.update({k: i[k] for k in ("flip", "mean", "std") if i[k]})
+        shown.update({k: i[k] for k in ("flip", "mean", "std", "draft") if i.get(k)})
         if i["on_error"] != "raise":
             shown["on_error"] = i["on_error"]
         options = ", ".join(f"{k}={v!r}" for k, v in shown.items())

@@ -27,7 +27,8 @@ impl ImagePipeline {
     #[new]
     #[pyo3(signature = (height, width, channels = 3, crop = "resize", fraction = 0.875,
                         scale = (0.08, 1.0), ratio = (0.75, 4.0 / 3.0), flip = false,
-                        mean = None, std = None, max_pixels = DEFAULT_MAX_PIXELS, blank = false))]
+                        mean = None, std = None, max_pixels = DEFAULT_MAX_PIXELS, blank = false,
+                        draft = false))]
     #[allow(clippy::too_many_arguments)] // Python keywords, one per option.
     fn new(
         height: usize,
@@ -42,6 +43,7 @@ impl ImagePipeline {
         std: Option<Vec<f32>>,
         max_pixels: usize,
         blank: bool,
+        draft: bool,
     ) -> PyResult<Self> {
         let channels = match channels {
             1 => Channels::Gray,
@@ -76,6 +78,7 @@ impl ImagePipeline {
             flip,
             normalize,
             max_pixels,
+            draft,
         };
         pipeline
             .validate()

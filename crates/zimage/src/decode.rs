@@ -109,11 +109,63 @@ pub fn decode(
         bytes,
         channels,
         max_pixels,
-        Size::whole,
+        |size| size.whole().into(),
         pixels,
         &mut Decoders::default(),
     )
     .map(|d| d.size)
+}
+
+/// A size a JPEG may be decoded at, smaller than its own: `eighths` / 8 of
+/// each side (1 to 8), which libjpeg-turbo's inverse DCT produces directly
+/// from fewer of each block's coefficients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scale {
+    eighths: usize,
+}
+
+impl Scale {
+    /// The image's own size.
+    pub const FULL: Scale = Scale { eighths: 8 };
+
+    /// `eighths` / 8 of each side, for `eighths` from 1 to 8.
+    pub fn eighths(eighths: usize) -> Option<Scale> {
+        (1..=8).contains(&eighths).then_some(Scale { eighths })
+    }
+
+    /// Eighths of each side.
+    pub fn in_eighths(self) -> usize {
+        self.eighths
+    }
+
+    /// `n` pixels of the whole image at this scale, rounded up as
+    /// libjpeg-turbo sizes a scaled image.
+    pub fn of(self, n: usize) -> usize {
+        (n * self.eighths).div_ceil(8)
+    }
+
+    /// The factor from the whole image's coordinates to the scaled one's.
+    pub fn factor(self) -> f64 {
+        self.eighths as f64 / 8.0
+    }
+}
+
+/// What a caller wants decoded of an image: at least `region` (in the whole
+/// image's pixels), at `scale` if the decoder can scale (a JPEG that
+/// decodes by regions), else at full size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted {
+    pub region: CropBox,
+    pub scale: Scale,
+}
+
+impl From<CropBox> for Wanted {
+    fn from(region: CropBox) -> Wanted {
+        Wanted {
+            region,
+            scale: Scale::FULL,
+        }
+    }
 }
 
 /// Part of an image, decoded.
@@ -121,7 +173,10 @@ pub fn decode(
 pub struct Decoded {
     /// The whole image's size.
     pub size: Size,
-    /// The region the pixels hold, row by row: at least the one asked for.
+    /// The scale the pixels were decoded at.
+    pub scale: Scale,
+    /// The region the pixels hold, row by row, in the scaled image's
+    /// pixels: at least the one asked for, scaled.
     pub region: CropBox,
 }
 
@@ -134,15 +189,16 @@ pub struct Decoders {
 }
 
 /// [`decode`], of at least the region `wanted(size)` of the image (which
-/// must lie inside it): a JPEG decodes little more (`jpeg.rs`), anything
-/// else decodes whole. `wanted` is called once, with the image's size,
-/// before any pixel is decoded, whatever the format. The pixels of the
-/// wanted region are the same bytes as in a whole decode.
+/// must lie inside it): a JPEG decodes little more (`jpeg.rs`), at the
+/// scale asked for, anything else decodes whole at full size. `wanted` is
+/// called once, with the image's size, before any pixel is decoded,
+/// whatever the format. The pixels of the wanted region are the same bytes
+/// as in a whole decode at the same scale.
 pub fn decode_region(
     bytes: &[u8],
     channels: Channels,
     max_pixels: usize,
-    wanted: impl FnOnce(Size) -> CropBox,
+    wanted: impl FnOnce(Size) -> Wanted,
     pixels: &mut Vec<u8>,
     decoders: &mut Decoders,
 ) -> Result<Decoded, ImageError> {
@@ -166,6 +222,7 @@ pub fn decode_region(
     };
     let whole = |size: Size| Decoded {
         size,
+        scale: Scale::FULL,
         region: size.whole(),
     };
     match format {
@@ -173,10 +230,14 @@ pub fn decode_region(
             let Decoders { jpeg, cmyk } = decoders;
             let header = jpeg.header(bytes).map_err(failed)?;
             let size = check((header.size.width, header.size.height))?;
-            let region = jpeg
+            let (scale, region) = jpeg
                 .decode(bytes, header, wanted(size), channels, pixels, cmyk)
                 .map_err(failed)?;
-            Ok(Decoded { size, region })
+            Ok(Decoded {
+                size,
+                scale,
+                region,
+            })
         }
         Format::Png => {
             let options = DecoderOptions::default()

@@ -21,7 +21,7 @@ use std::ptr::NonNull;
 use turbojpeg_sys as tj;
 
 use crate::crop::CropBox;
-use crate::decode::{cmyk_to, Channels, Size};
+use crate::decode::{cmyk_to, Channels, Scale, Size, Wanted};
 
 /// Scans a progressive file may have: ten or so is usual, and the TurboJPEG
 /// documentation suggests a limit for untrusted files, each scan costing a
@@ -122,44 +122,60 @@ impl JpegDecoder {
     }
 
     /// Decodes a region of the JPEG `bytes` (whose `header` was just read)
-    /// that holds `wanted`, into `pixels` as `channels`; returns the region
-    /// decoded: `wanted` and a column more each side, widened to the left
-    /// to a column of MCUs, or the whole image where a region cannot be
-    /// decoded. Within `wanted` the pixels are those of a whole decode.
+    /// that holds `wanted`, at its scale, into `pixels` as `channels`;
+    /// returns the scale and the region decoded, in the scaled image's
+    /// pixels: `wanted` scaled (widened to whole pixels) and a column more
+    /// each side, widened to the left to a column of MCUs, or the whole
+    /// image at full size where a region cannot be decoded. Within
+    /// `wanted` the pixels are those of a whole decode at that scale.
     pub(crate) fn decode(
         &mut self,
         bytes: &[u8],
         header: Header,
-        wanted: CropBox,
+        wanted: Wanted,
         channels: Channels,
         pixels: &mut Vec<u8>,
         cmyk: &mut Vec<u8>,
-    ) -> Result<CropBox, String> {
+    ) -> Result<(Scale, CropBox), String> {
         let handle = self.handle()?;
         let Size { width, height } = header.size;
+        let w = wanted.region;
         // An empty region would read as "to the edge" to TurboJPEG (a width
         // or height of 0), more rows than `into` holds: decoded whole.
-        let inside = wanted.width > 0
-            && wanted.height > 0
-            && wanted.left + wanted.width <= width
-            && wanted.top + wanted.height <= height;
-        let region = match header.mcu_width {
+        let inside =
+            w.width > 0 && w.height > 0 && w.left + w.width <= width && w.top + w.height <= height;
+        let (scale, region) = match header.mcu_width {
             Some(mcu) if inside => {
+                let s = wanted.scale;
+                // The scaled pixels that cover any of the wanted ones.
+                let e = s.in_eighths();
+                let (left, top) = (w.left * e / 8, w.top * e / 8);
+                let (right, bottom) = (s.of(w.left + w.width), s.of(w.top + w.height));
                 // A region's edge columns are upsampled from its own chroma
                 // alone (where the whole image's use their neighbours'), so
                 // one more column is decoded on each side that has one.
-                let left = wanted.left.saturating_sub(1) / mcu * mcu;
-                let right = (wanted.left + wanted.width + 1).min(width);
-                CropBox {
+                let mcu = s.of(mcu);
+                let left = left.saturating_sub(1) / mcu * mcu;
+                let right = (right + 1).min(s.of(width));
+                let region = CropBox {
                     left,
-                    top: wanted.top,
+                    top,
                     width: right - left,
-                    height: wanted.height,
-                }
+                    height: bottom - top,
+                };
+                (s, region)
             }
-            _ => header.size.whole(),
+            _ => (Scale::FULL, header.size.whole()),
         };
-        let whole = region.width == width && region.height == height;
+        let factor = tj::tjscalingfactor {
+            num: scale.in_eighths() as c_int,
+            denom: 8,
+        };
+        // SAFETY: a live handle; one of the factors TurboJPEG lists (M/8).
+        if unsafe { tj::tj3SetScalingFactor(handle, reduced(factor)) } != 0 {
+            return Err(self.error(handle));
+        }
+        let whole = region.width == scale.of(width) && region.height == scale.of(height);
         let crop = if whole {
             tj::tjregion {
                 x: 0,
@@ -208,6 +224,18 @@ impl JpegDecoder {
         if header.cmyk {
             cmyk_to(cmyk, channels, pixels);
         }
-        Ok(region)
+        Ok((scale, region))
+    }
+}
+
+/// `factor` in lowest terms, as TurboJPEG's table of factors holds it.
+fn reduced(factor: tj::tjscalingfactor) -> tj::tjscalingfactor {
+    let mut gcd = (factor.num, factor.denom);
+    while gcd.1 != 0 {
+        gcd = (gcd.1, gcd.0 % gcd.1);
+    }
+    tj::tjscalingfactor {
+        num: factor.num / gcd.0,
+        denom: factor.denom / gcd.0,
     }
 }

@@ -21,6 +21,6 @@ mod jpeg;
 mod pipeline;
 
 pub use crop::{Crop, CropBox, Draws};
-pub use decode::{decode, decode_region, Channels, Decoded, Decoders, Format, Size};
+pub use decode::{decode, decode_region, Channels, Decoded, Decoders, Format, Scale, Size, Wanted};
 pub use error::ImageError;
 pub use pipeline::{Normalize, Pipeline, Scratch, DEFAULT_MAX_PIXELS};

@@ -5,7 +5,7 @@ use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
 use crate::crop::{Crop, CropBox, Draws};
-use crate::decode::{decode_region, Channels, Decoded, Decoders, Size};
+use crate::decode::{decode_region, Channels, Decoded, Decoders, Scale, Size, Wanted};
 use crate::error::ImageError;
 
 /// The most pixels an image may declare before it is refused undecoded
@@ -22,7 +22,10 @@ pub struct Normalize {
 
 /// What every image of a stream becomes: `height` x `width` pixels of
 /// `channels`, cut by `crop`, mirrored left to right on a fair coin when
-/// `flip` is set, as `uint8` or (with `normalize`) `float32`.
+/// `flip` is set, as `uint8` or (with `normalize`) `float32`. With `draft`,
+/// a JPEG whose box is at least twice the output each way is decoded at
+/// 1/2, 1/4 or 1/8 of its size (libjpeg-turbo's scaled inverse DCT, as
+/// Pillow's `draft`), the least at which the box keeps the output's pixels.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pipeline {
     pub height: usize,
@@ -32,6 +35,7 @@ pub struct Pipeline {
     pub flip: bool,
     pub normalize: Option<Normalize>,
     pub max_pixels: usize,
+    pub draft: bool,
 }
 
 /// The memory a thread reuses from image to image.
@@ -107,13 +111,31 @@ impl Pipeline {
         self.values() * if self.normalize.is_some() { 4 } else { 1 }
     }
 
-    /// The region of a `size` image that the resize of `place` reads: the
-    /// box and, on each side, its filter's reach, one output pixel's span
-    /// (Pillow's bilinear support of 1, scaled when shrinking) and one
-    /// more for rounding.
-    fn resize_reads(&self, place: CropBox, size: Size) -> CropBox {
-        let reach_x = place.width.div_ceil(self.width) + 1;
-        let reach_y = place.height.div_ceil(self.height) + 1;
+    /// The scale a JPEG with the box `place` may be decoded at. Only the
+    /// halvings: libjpeg-turbo's other scales (7/8, 3/4, ...) have no SIMD
+    /// inverse DCT and made the pipeline slower (bench/README.md, "Image
+    /// decoders").
+    fn scale(&self, place: CropBox) -> Scale {
+        let fits =
+            |e: usize| place.width * e >= self.width * 8 && place.height * e >= self.height * 8;
+        [1, 2, 4]
+            .into_iter()
+            .filter(|_| self.draft)
+            .find(|&e| fits(e))
+            .and_then(Scale::eighths)
+            .unwrap_or(Scale::FULL)
+    }
+
+    /// The region of a `size` image that the resize of `place` at `scale`
+    /// reads: the box and, on each side, its filter's reach at that scale
+    /// (one output pixel's span, Pillow's bilinear support of 1 scaled when
+    /// shrinking, and one pixel more for rounding), in the whole image's
+    /// pixels.
+    fn resize_reads(&self, place: CropBox, size: Size, scale: Scale) -> CropBox {
+        let e = scale.in_eighths();
+        let reach = |side: usize, out: usize| (((side * e).div_ceil(8 * out) + 1) * 8).div_ceil(e);
+        let reach_x = reach(place.width, self.width);
+        let reach_y = reach(place.height, self.height);
         let left = place.left.saturating_sub(reach_x);
         let top = place.top.saturating_sub(reach_y);
         CropBox {
@@ -151,9 +173,13 @@ impl Pipeline {
                 &mut draws,
             );
             placed = Some(place);
-            self.resize_reads(place, size)
+            let scale = self.scale(place);
+            Wanted {
+                region: self.resize_reads(place, size, scale),
+                scale,
+            }
         };
-        let Decoded { region, .. } = decode_region(
+        let Decoded { region, scale, .. } = decode_region(
             encoded,
             self.channels,
             self.max_pixels,
@@ -195,14 +221,15 @@ impl Pipeline {
                     .map_err(|e| resize_failed(e.to_string()))?;
             // Channels resampled each on its own, alpha included, as
             // Pillow's bilinear resize does (no premultiplying).
+            let f = scale.factor();
             let options = ResizeOptions::new()
                 .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
                 .use_alpha(false)
                 .crop(
-                    (place.left - region.left) as f64,
-                    (place.top - region.top) as f64,
-                    place.width as f64,
-                    place.height as f64,
+                    place.left as f64 * f - region.left as f64,
+                    place.top as f64 * f - region.top as f64,
+                    place.width as f64 * f,
+                    place.height as f64 * f,
                 );
             resizer
                 .resize(&source, &mut target, &options)
@@ -249,5 +276,51 @@ fn normalize(pixels: &[u8], n: &Normalize, out: &mut [u8]) {
         let c = k % channels;
         let value = (f32::from(v) / 255.0 - n.mean[c]) / n.std[c];
         slot.copy_from_slice(&value.to_ne_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_draft_takes_the_least_halving_that_keeps_the_output() {
+        let p = Pipeline {
+            height: 224,
+            width: 200,
+            channels: Channels::Rgb,
+            crop: Crop::Resize,
+            flip: false,
+            normalize: None,
+            max_pixels: DEFAULT_MAX_PIXELS,
+            draft: true,
+        };
+        let scale = |width, height| {
+            p.scale(CropBox {
+                left: 3,
+                top: 5,
+                width,
+                height,
+            })
+            .in_eighths()
+        };
+        assert_eq!(scale(400, 448), 4);
+        assert_eq!(scale(399, 448), 8);
+        assert_eq!(scale(400, 447), 8);
+        assert_eq!(scale(800, 900), 2);
+        assert_eq!(scale(1600, 1792), 1);
+        assert_eq!(scale(9000, 9000), 1);
+        assert_eq!(scale(100, 100), 8);
+        let off = Pipeline { draft: false, ..p };
+        assert_eq!(
+            off.scale(
+                Size {
+                    width: 9000,
+                    height: 9000
+                }
+                .whole()
+            ),
+            Scale::FULL
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! asked for, and every bad image is an error, never pixels.
 
 use zimage::{
-    Channels, Crop, CropBox, Decoders, ImageError, Normalize, Pipeline, Scratch, DEFAULT_MAX_PIXELS,
+    Channels, Crop, CropBox, Decoders, ImageError, Normalize, Pipeline, Scale, Scratch, Wanted,
+    DEFAULT_MAX_PIXELS,
 };
 
 fn png_of(
@@ -54,6 +55,7 @@ fn pipeline(height: usize, width: usize, channels: Channels) -> Pipeline {
         flip: false,
         normalize: None,
         max_pixels: DEFAULT_MAX_PIXELS,
+        draft: false,
     }
 }
 
@@ -275,7 +277,7 @@ fn regions(w: usize, h: usize) -> Vec<CropBox> {
 }
 
 #[test]
-fn a_jpeg_region_is_the_same_pixels_as_in_the_whole_image() {
+fn a_jpeg_region_is_the_same_pixels_as_in_the_whole_image_at_every_scale() {
     use jpeg_encoder::{ColorType, SamplingFactor as F};
     let size = (61, 75);
     // (file, whether TurboJPEG names its layout and so decodes a region)
@@ -295,25 +297,58 @@ fn a_jpeg_region_is_the_same_pixels_as_in_the_whole_image() {
     files.push((jpeg_of(size, ColorType::Rgb, F::F_2_1, 2, true), true));
     let (mut whole, mut part) = (Vec::new(), Vec::new());
     let mut decoders = Decoders::default();
+    let scales = [8, 4, 2, 1].map(|e| Scale::eighths(e).unwrap());
     for (i, (file, croppable)) in files.iter().enumerate() {
-        for channels in [Channels::Rgb, Channels::Gray, Channels::Rgba] {
-            let size = zimage::decode(file, channels, DEFAULT_MAX_PIXELS, &mut whole).unwrap();
+        for (channels, scale) in [Channels::Rgb, Channels::Gray, Channels::Rgba]
+            .into_iter()
+            .flat_map(|c| scales.map(|s| (c, s)))
+        {
+            // The whole image at this scale.
+            let all = zimage::decode_region(
+                file,
+                channels,
+                DEFAULT_MAX_PIXELS,
+                |s| Wanted {
+                    region: s.whole(),
+                    scale,
+                },
+                &mut whole,
+                &mut decoders,
+            )
+            .unwrap();
+            let size = all.size;
+            let scale = if *croppable { scale } else { Scale::FULL };
+            assert_eq!(all.scale, scale);
+            let width = all.region.width;
+            assert_eq!(
+                (width, all.region.height),
+                (scale.of(size.width), scale.of(size.height))
+            );
             let c = channels.count();
-            for wanted in regions(size.width, size.height) {
+            for region in regions(size.width, size.height) {
                 let d = zimage::decode_region(
                     file,
                     channels,
                     DEFAULT_MAX_PIXELS,
                     |s| {
                         assert_eq!(s, size);
-                        wanted
+                        Wanted { region, scale }
                     },
                     &mut part,
                     &mut decoders,
                 )
                 .unwrap();
                 let got = d.region;
-                assert_eq!(d.size, size);
+                assert_eq!((d.size, d.scale), (size, scale));
+                // The scaled pixels that cover any of the region's.
+                let e = scale.in_eighths();
+                let (left, top) = (region.left * e / 8, region.top * e / 8);
+                let wanted = rect(
+                    left,
+                    top,
+                    scale.of(region.left + region.width) - left,
+                    scale.of(region.top + region.height) - top,
+                );
                 if *croppable {
                     // Only a column each side and those to the MCU's edge
                     // are added.
@@ -327,12 +362,12 @@ fn a_jpeg_region_is_the_same_pixels_as_in_the_whole_image() {
                 assert_eq!(part.len(), got.width * got.height * c);
                 let skip = (wanted.left - got.left) * c;
                 for row in 0..wanted.height {
-                    let from = ((wanted.top + row) * size.width + wanted.left) * c;
+                    let from = ((wanted.top + row) * width + wanted.left) * c;
                     assert!(
                         part[(wanted.top - got.top + row) * got.width * c + skip..]
                             [..wanted.width * c]
                             == whole[from..from + wanted.width * c],
-                        "file {i}, {channels:?}, {wanted:?}: row {row} differs"
+                        "file {i}, {channels:?}, {scale:?}, {region:?}: row {row} differs"
                     );
                 }
             }
@@ -362,7 +397,7 @@ fn empty_or_outside_regions_decode_the_whole_jpeg() {
             &file,
             Channels::Rgb,
             DEFAULT_MAX_PIXELS,
-            |_| wanted,
+            |_| wanted.into(),
             &mut part,
             &mut decoders,
         )
@@ -442,7 +477,7 @@ fn a_jpeg_whose_data_stops_short_is_an_error_where_a_region_reaches_past_it() {
             }
             zimage::decode(&file, rgb, DEFAULT_MAX_PIXELS, &mut whole).unwrap();
             let (rows, row) = (40, usize::from(w) * 3);
-            let top = |height| move |_| rect(0, 0, usize::from(w), height);
+            let top = |height| move |_| rect(0, 0, usize::from(w), height).into();
             let d = zimage::decode_region(
                 &taller,
                 rgb,
@@ -476,7 +511,7 @@ fn a_jpeg_whose_data_stops_short_is_an_error_where_a_region_reaches_past_it() {
                 err.map(|_| ())
             );
             // Whatever the region: every scan covers it.
-            let first_rows = |_| rect(0, 0, 8, 8);
+            let first_rows = |_| rect(0, 0, 8, 8).into();
             let d = zimage::decode_region(
                 bad,
                 rgb,

@@ -1,9 +1,10 @@
-//! Images per second of the image pipeline on the JPEGs of an image folder
-//! (`FOLDER/<class>/<image>`): on one
-//! core a full decode and the training pipeline (decode, random-resized
-//! crop to 224 x 224, flip), then through the loader (every file stored raw
-//! as one record, batches of 256 decoded on the workers). Run by
-//! bench/image_decoders.py; prints the three rates on one line per round.
+//! Images per second of the image pipeline on the JPEGs under a folder (an
+//! image folder, or any tree of `.jpg` files): on one core a full decode,
+//! the training pipeline (decode, random-resized crop to 224 x 224, flip),
+//! and the same with `draft` (scaled decodes), then through the loader
+//! (every file stored raw as one record, batches of 256 decoded on the
+//! workers). Run by bench/image_decoders.py; prints the four rates on one
+//! line per round.
 //!
 //!     cargo run --release -p zloader --example image_loader_speed -- FOLDER [WORKERS] [SECONDS] [ROUNDS]
 
@@ -22,13 +23,8 @@ fn main() {
     let workers: usize = args.next().map_or(2, |w| w.parse().expect(usage));
     let seconds: f64 = args.next().map_or(4.0, |s| s.parse().expect(usage));
     let rounds: usize = args.next().map_or(3, |r| r.parse().expect(usage));
-    // The folder is an image folder: one directory per class.
-    let mut paths: Vec<_> = std::fs::read_dir(&folder)
-        .expect("a folder of images")
-        .flat_map(|class| std::fs::read_dir(class.expect("a readable folder").path()))
-        .flatten()
-        .map(|entry| entry.expect("a readable folder").path())
-        .collect();
+    let mut paths = Vec::new();
+    jpegs_under(std::path::Path::new(&folder), &mut paths);
     paths.sort();
     let files: Vec<Vec<u8>> = paths
         .iter()
@@ -45,6 +41,7 @@ fn main() {
         flip: true,
         normalize: None,
         max_pixels: DEFAULT_MAX_PIXELS,
+        draft: false,
     });
     let dir = tempfile::tempdir().expect("a temporary folder");
     let store = Arc::new(Store::open(dir.path().join("images.zr")).expect("a new store"));
@@ -71,6 +68,17 @@ fn main() {
                 .expect("an image");
         }
         let one_core = per_second(files.len(), start);
+        let drafts = Pipeline {
+            draft: true,
+            ..(*pipeline).clone()
+        };
+        let start = Instant::now();
+        for (seed, file) in (0u64..).zip(&files) {
+            drafts
+                .run(file, seed, &mut out, &mut scratch)
+                .expect("an image");
+        }
+        let drafted = per_second(files.len(), start);
         let stream = Stream::mixed(
             vec![store.clone()],
             Layout::Image(pipeline.clone(), BadImages::Fail),
@@ -87,6 +95,19 @@ fn main() {
         while start.elapsed() < Duration::from_secs_f64(seconds) {
             images += loader.next().expect("a batch").indices.len();
         }
-        println!("{full:.1} {one_core:.1} {:.1}", per_second(images, start));
+        let loaded = per_second(images, start);
+        println!("{full:.1} {one_core:.1} {drafted:.1} {loaded:.1}");
+    }
+}
+
+/// Every `.jpg` file under `folder`, into `paths`.
+fn jpegs_under(folder: &std::path::Path, paths: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(folder).expect("a readable folder") {
+        let path = entry.expect("a readable folder").path();
+        if path.is_dir() {
+            jpegs_under(&path, paths);
+        } else if path.extension().is_some_and(|e| e == "jpg") {
+            paths.push(path);
+        }
     }
 }

@@ -54,6 +54,7 @@ fn pipeline(crop: Crop, flip: bool) -> Arc<Pipeline> {
         flip,
         normalize: None,
         max_pixels: DEFAULT_MAX_PIXELS,
+        draft: false,
     })
 }
 
