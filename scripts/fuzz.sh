@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the cargo-fuzz targets of the engine (fuzz/), replays their
+# Builds the cargo-fuzz targets (fuzz/: the engine, the image pipeline), replays their
 # committed corpus (fuzz/corpus/<target>, plus the seeds make_seeds writes
 # from real stores), then fuzzes each target for a while.
 #
@@ -41,7 +41,7 @@ run() {
     fi
 }
 
-for t in open_and_gather operations; do
+for t in open_and_gather operations images; do
     extra=()
     [ "$t" = open_and_gather ] && extra=("$seeds")
     echo "fuzz: $t: replaying corpus/$t ${extra[*]}"
