@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use common::{compressible, noise, read_all, Rng};
+use rayon::prelude::*;
 use zrecord::layout::{checksum_slot_offset, entry_offset, CHECKSUM_FILE_LEN};
 use zrecord::{
     chunk_file_name, AppendOptions, Checksums, Codec, IoEvent, IoHook, Store, StoreOptions,
@@ -362,62 +363,68 @@ fn every_power_loss_leaves_a_store_from_just_before_or_after_the_operation() {
     let total = events(&recorder);
     let snapshots = recorder.snapshots.lock().unwrap().clone();
 
-    let mut images = 0;
-    for (k, medium) in snapshots.iter().enumerate() {
-        // The operation in flight when power fails before event k.
-        let op = ops.iter().rposition(|o| o.start <= k).unwrap();
-        let Operation {
-            start,
-            before,
-            after,
-        } = &ops[op];
-        for (v, disk) in medium
-            .crash_images(&mut Rng(k as u64 + 1))
-            .iter()
-            .enumerate()
-        {
-            let at = dir.path().join(format!("crash-{k}-{v}"));
-            materialize(disk, &at);
-            // Opened with the defaults, which check every record the
-            // sidecar covers without covering the others anew.
-            let store = Store::open(&at).unwrap_or_else(|e| {
-                panic!("event {k}/{total} variant {v}: store does not open: {e}")
-            });
-            let got = read_all(&store);
-            let ok =
-                &got == after || (k > *start && &got == before) || (k == *start && &got == before);
-            assert!(ok, "event {k} (operation {op}) variant {v}: {} records, neither before ({}) nor after ({})",
-                got.len(), before.len(), after.len());
-            // The sidecar's slots reach the disk with the records they
-            // describe: only a compaction's moves in flight go unchecked.
-            let unchecked = store.verify().unwrap().unchecked;
-            assert!(
-                unchecked == 0 || op == COMPACTION,
-                "event {k} (operation {op}) variant {v}: {unchecked} records unchecked"
-            );
-            // The store must also take new records without damage.
-            store
-                .append(
-                    &[b"after the crash"],
-                    &AppendOptions {
-                        codec: Codec::Raw,
-                        durable: false,
-                        ..AppendOptions::default()
-                    },
-                )
-                .unwrap();
-            let mut expect = got.clone();
-            expect.push(b"after the crash".to_vec());
-            assert_eq!(
-                read_all(&store),
-                expect,
-                "event {k} variant {v}: append after recovery"
-            );
-            drop(store);
-            std::fs::remove_dir_all(&at).unwrap();
-            images += 1;
-        }
-    }
+    // Each crash point is checked on its own: spread over the cores.
+    let images: usize = snapshots
+        .par_iter()
+        .enumerate()
+        .map(|(k, medium)| {
+            let mut images = 0;
+            // The operation in flight when power fails before event k.
+            let op = ops.iter().rposition(|o| o.start <= k).unwrap();
+            let Operation {
+                start,
+                before,
+                after,
+            } = &ops[op];
+            for (v, disk) in medium
+                .crash_images(&mut Rng(k as u64 + 1))
+                .iter()
+                .enumerate()
+            {
+                let at = dir.path().join(format!("crash-{k}-{v}"));
+                materialize(disk, &at);
+                // Opened with the defaults, which check every record the
+                // sidecar covers without covering the others anew.
+                let store = Store::open(&at).unwrap_or_else(|e| {
+                    panic!("event {k}/{total} variant {v}: store does not open: {e}")
+                });
+                let got = read_all(&store);
+                let ok =
+                    &got == after || (k > *start && &got == before) || (k == *start && &got == before);
+                assert!(ok, "event {k} (operation {op}) variant {v}: {} records, neither before ({}) nor after ({})",
+                    got.len(), before.len(), after.len());
+                // The sidecar's slots reach the disk with the records they
+                // describe: only a compaction's moves in flight go unchecked.
+                let unchecked = store.verify().unwrap().unchecked;
+                assert!(
+                    unchecked == 0 || op == COMPACTION,
+                    "event {k} (operation {op}) variant {v}: {unchecked} records unchecked"
+                );
+                // The store must also take new records without damage.
+                store
+                    .append(
+                        &[b"after the crash"],
+                        &AppendOptions {
+                            codec: Codec::Raw,
+                            durable: false,
+                            ..AppendOptions::default()
+                        },
+                    )
+                    .unwrap();
+                let mut expect = got.clone();
+                expect.push(b"after the crash".to_vec());
+                assert_eq!(
+                    read_all(&store),
+                    expect,
+                    "event {k} variant {v}: append after recovery"
+                );
+                drop(store);
+                std::fs::remove_dir_all(&at).unwrap();
+                images += 1;
+            }
+            images
+        })
+        .sum();
     println!("{total} crash points, {images} simulated disks, all valid");
     assert!(total > 50, "the run produced {total} events");
 }
