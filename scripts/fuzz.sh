@@ -3,7 +3,7 @@
 # committed corpus (fuzz/corpus/<target>, plus the seeds make_seeds writes
 # from real stores), then fuzzes each target for a while.
 #
-#   scripts/fuzz.sh                    # CI: replay, then 5 s per target
+#   scripts/fuzz.sh                    # CI: 5 s per target, its replay first
 #   FUZZ_SECONDS=600 scripts/fuzz.sh   # a real campaign
 #   FUZZ_SECONDS=0 scripts/fuzz.sh     # replay only
 #
@@ -44,11 +44,14 @@ run() {
 for t in open_and_gather operations images; do
     extra=()
     [ "$t" = open_and_gather ] && extra=("$seeds")
-    echo "fuzz: $t: replaying corpus/$t ${extra[*]}"
-    run "$t" "corpus/$t" "${extra[@]}" -- -runs=0
     if [ "$SECONDS_EACH" -gt 0 ]; then
+        # libFuzzer runs every input of its corpus folders before it mutates
+        # any, so a fuzzing run is the replay too.
         mkdir -p "target/new-corpus/$t"
-        echo "fuzz: $t: fuzzing for ${SECONDS_EACH}s"
+        echo "fuzz: $t: replaying corpus/$t ${extra[*]}, then fuzzing for ${SECONDS_EACH}s"
         run "$t" "target/new-corpus/$t" "corpus/$t" "${extra[@]}" -- -max_total_time="$SECONDS_EACH"
+    else
+        echo "fuzz: $t: replaying corpus/$t ${extra[*]}"
+        run "$t" "corpus/$t" "${extra[@]}" -- -runs=0
     fi
 done
