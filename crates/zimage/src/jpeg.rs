@@ -11,6 +11,11 @@
 //! name (sampling factors other than its seven) and lossless files decode
 //! whole.
 //!
+//! Either may be decoded scaled down (a draft): the inverse DCT then makes
+//! fewer pixels of each block, and the region and the MCU columns are
+//! counted in the scaled image's pixels. Files that decode whole decode at
+//! full size.
+//!
 //! Warnings are errors: libjpeg-turbo warns of damaged data that it decodes
 //! on regardless (compressed data that stops short is decoded as flat gray),
 //! so a warning means pixels that are not the image's.
@@ -171,7 +176,8 @@ impl JpegDecoder {
             num: scale.in_eighths() as c_int,
             denom: 8,
         };
-        // SAFETY: a live handle; one of the factors TurboJPEG lists (M/8).
+        // SAFETY: a live handle; one of the factors TurboJPEG lists (M/8, in
+        // lowest terms).
         if unsafe { tj::tj3SetScalingFactor(handle, reduced(factor)) } != 0 {
             return Err(self.error(handle));
         }

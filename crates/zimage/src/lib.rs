@@ -1,9 +1,11 @@
 //! Encoded images (JPEG, PNG, WebP) into fixed-shape samples: the pipeline an
 //! image stream of the loader runs on its gather threads.
 //!
-//! [`Pipeline::run`] decodes one image ([`decode`]), cuts the box its
-//! [`Crop`] places (the whole image, a centre box, or a random-resized box
-//! drawn from the sample's seed), resizes it to the output with a bilinear
+//! [`Pipeline::run`] decodes one image ([`decode_region`]: of a JPEG, only
+//! the region the box needs, and with `draft` at 1/2, 1/4 or 1/8 of its
+//! size when the box is large enough), cuts the box its [`Crop`] places
+//! (the whole image, a centre box, or a random-resized box drawn from the
+//! sample's seed), resizes it to the output with a bilinear
 //! filter that averages over every source pixel when shrinking (Pillow's
 //! `BILINEAR`), mirrors it on a coin of the same seed, and writes `uint8`
 //! pixels, or normalised `float32` values, into the caller's slot. Every
