@@ -56,10 +56,7 @@ def main():
             rate(lambda f: simplejpeg.decode_jpeg(f, colorspace="RGB"), files) for _ in range(3))
 
     rows = {
-        "ours (libjpeg-turbo): full decode": statistics.median(r[0] for r in ours),
-        "ours: decode of the crop's region + random-resized crop 224 + flip":
-            statistics.median(r[1] for r in ours),
-        "ours: the same with draft (scaled decodes)": statistics.median(r[2] for r in ours),
+        **one_core(ours),
         "ours through the loader, 2 workers (both cores), batch 256":
             statistics.median(r[3] for r in ours),
         "libjpeg-turbo (simplejpeg): full decode": limit(files),
@@ -74,10 +71,7 @@ def main():
     photos = sorted(wallpaper_crops.WALLPAPERS.rglob("*.jpg"))
     ours = loader_speed(wallpaper_crops.WALLPAPERS)
     rows = {
-        "ours (libjpeg-turbo): full decode": statistics.median(r[0] for r in ours),
-        "ours: decode of the crop's region + random-resized crop 224 + flip":
-            statistics.median(r[1] for r in ours),
-        "ours: the same with draft (scaled decodes)": statistics.median(r[2] for r in ours),
+        **one_core(ours),
         "libjpeg-turbo (simplejpeg): full decode": limit([p.read_bytes() for p in photos]),
     }
     table(f"{len(photos)} JPEGs of the wallpapers at their own sizes, one core", rows)
@@ -90,6 +84,14 @@ def loader_speed(folder):
          "--", str(folder), "2", "4", "3"], cwd=ROOT, check=True, capture_output=True,
         text=True).stdout
     return [tuple(map(float, line.split())) for line in out.split("\n") if line.strip()]
+
+
+def one_core(ours):
+    """The medians of the one-core rates of loader_speed's rounds, by name."""
+    names = ["ours (libjpeg-turbo): full decode",
+             "ours: decode of the crop's region + random-resized crop 224 + flip",
+             "ours: the same with draft (scaled decodes)"]
+    return {name: statistics.median(r[k] for r in ours) for k, name in enumerate(names)}
 
 
 def table(title, rows):

@@ -116,11 +116,13 @@ impl Pipeline {
     /// inverse DCT and made the pipeline slower (bench/README.md, "Image
     /// decoders").
     fn scale(&self, place: CropBox) -> Scale {
+        if !self.draft {
+            return Scale::FULL;
+        }
         let fits =
             |e: usize| place.width * e >= self.width * 8 && place.height * e >= self.height * 8;
         [1, 2, 4]
             .into_iter()
-            .filter(|_| self.draft)
             .find(|&e| fits(e))
             .and_then(Scale::eighths)
             .unwrap_or(Scale::FULL)
