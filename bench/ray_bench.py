@@ -21,9 +21,11 @@ every writer starts from the same blocks in Ray's object store:
 
 Each round, in turn, for each data set: loaderx.ray.write into a new table
 (pixels: zstd, zstd with durable=False, which syncs nothing, as Parquet's
-writer does not, and raw; photos: raw, raw with durable=False, and zstd
+writer does not, and raw; photos: raw, raw with durable=False, zstd
 with durable=False, which takes the files' few compressible bytes, as
-Parquet's snappy and zstd do), and `write_parquet` (Ray's default compression,
+Parquet's snappy and zstd do, and zstd-dict with durable=False at its
+default level and at level -1, whose dictionary also takes the JPEG headers
+the files share, as Parquet's zstd does across the rows of a page), and `write_parquet` (Ray's default compression,
 snappy, then zstd, then none) into a new folder; then each output is read
 back whole, `loaderx.ray.read` or `ray.data.read_parquet`, its blocks
 iterated as NumPy batches on the driver (`iter_batches(batch_size=None)`;
@@ -140,13 +142,17 @@ def main() -> None:
             source = ray.data.from_arrow([
                 BlockAccessor.batch_to_block({k: v[s] for k, v in cols.items()})
                 for s in np.array_split(np.arange(rows), 8)]).materialize()
-            ours = ([("zstd", True), ("zstd", False), ("raw", True)] if set_name == "pixels"
-                    else [("raw", True), ("raw", False), ("zstd", False)])
+            # (codec, durable, level); None is the codec's default level.
+            ours = ([("zstd", True, None), ("zstd", False, None), ("raw", True, None)]
+                    if set_name == "pixels"
+                    else [("raw", True, None), ("raw", False, None), ("zstd", False, None),
+                          ("zstd-dict", False, None), ("zstd-dict", False, -1)])
             writers = {
-                f"ours, {c}" + ("" if durable else ", durable=False"):
-                    (lambda out, c=c, durable=durable:
-                     lxray.write(source, out, codec=c, durable=durable).close())
-                for c, durable in ours}
+                f"ours, {c}" + ("" if level is None else f", level {level}")
+                + ("" if durable else ", durable=False"):
+                    (lambda out, c=c, durable=durable, level=level:
+                     lxray.write(source, out, codec=c, level=level, durable=durable).close())
+                for c, durable, level in ours}
             for c in ("snappy", "zstd", "none"):
                 writers[f"Ray Parquet, {c}"] = (
                     lambda out, c=c: source.write_parquet(str(out), compression=c))

@@ -45,7 +45,41 @@ pub(crate) fn train(samples: &[&[u8]]) -> Option<Dictionary> {
     if samples.len() < 64 || size < 1024 {
         return None;
     }
-    zstd::dict::from_samples(samples, size)
-        .ok()
-        .map(Dictionary::new)
+    fast_cover(samples, size).map(Dictionary::new)
+}
+
+/// zstd's fastCover trainer with fixed parameters: segments of 1 KiB and
+/// zstd's default d-mers of 8 (and frequency table). zstd's usual entry
+/// point (`ZDICT_trainFromBuffer`, what `zstd::dict::from_samples` calls)
+/// runs fastCover several times to pick its segment size: on the first 2 KiB
+/// of 624 photographs it took 80 ms against 18 here, for stores within
+/// 0.1 % of each other; on Fashion-MNIST's images a store 0.1-0.2 % larger.
+fn fast_cover(samples: &[&[u8]], size: usize) -> Option<Vec<u8>> {
+    use zstd::zstd_safe::zstd_sys as sys;
+    let joined = samples.concat();
+    let sizes: Vec<usize> = samples.iter().map(|s| s.len()).collect();
+    let mut dict = vec![0u8; size];
+    // SAFETY: the parameters are plain numbers, for which all zeroes is
+    // zstd's "default" where a field is not set below.
+    let mut params: sys::ZDICT_fastCover_params_t = unsafe { std::mem::zeroed() };
+    params.k = 1024;
+    params.d = 8;
+    // SAFETY: `dict` has `size` writable bytes; `joined` holds the samples
+    // back to back, `sizes` their lengths, which add up to its length.
+    let written = unsafe {
+        sys::ZDICT_trainFromBuffer_fastCover(
+            dict.as_mut_ptr().cast(),
+            dict.len(),
+            joined.as_ptr().cast(),
+            sizes.as_ptr(),
+            u32::try_from(sizes.len()).ok()?,
+            params,
+        )
+    };
+    // SAFETY: a pure function of the returned code.
+    if unsafe { sys::ZDICT_isError(written) } != 0 {
+        return None;
+    }
+    dict.truncate(written);
+    Some(dict)
 }
