@@ -36,8 +36,9 @@ pub(crate) fn create(dir: &Path, dict: &Dictionary) -> Result<Dictionary> {
         .ok_or_else(|| io_error(&dir.join(DICT_FILE_NAME))(std::io::ErrorKind::NotFound.into()))
 }
 
-/// A dictionary trained on `samples` (records of the first append), or
-/// `None` when zstd's trainer cannot make one of them (too few, too small).
+/// A dictionary trained on `samples` (the starts of the first append's
+/// records), or `None` when zstd's trainer cannot make one of them (too
+/// few, too small).
 pub(crate) fn train(samples: &[&[u8]]) -> Option<Dictionary> {
     let total: usize = samples.iter().map(|s| s.len()).sum();
     // zstd's guidance: samples of about 100 times the dictionary's size.
