@@ -25,8 +25,9 @@ writer does not, and raw; photos: raw, raw with durable=False, zstd
 with durable=False, which takes the files' few compressible bytes, as
 Parquet's snappy and zstd do, and zstd-dict with durable=False at its
 default level and at level -1, whose dictionary also takes the JPEG headers
-the files share, as Parquet's zstd does across the rows of a page), and `write_parquet` (Ray's default compression,
-snappy, then zstd, then none) into a new folder; then each output is read
+the files share, as Parquet's zstd does across the rows of a page), and
+`write_parquet` (Ray's default compression, snappy, then zstd, then none)
+into a new folder; then each output is read
 back whole, `loaderx.ray.read` or `ray.data.read_parquet`, its blocks
 iterated as NumPy batches on the driver (`iter_batches(batch_size=None)`;
 see `consume`). The files were just written, so reads come from the page

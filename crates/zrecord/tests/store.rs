@@ -199,6 +199,17 @@ fn location(store: &Store, i: usize) -> u64 {
     physical_address(chunk, offset)
 }
 
+/// The live entries of the store's record table, read from `meta.zr`.
+fn entries(store: &Store) -> Vec<zrecord::RecordLoc> {
+    let meta = std::fs::read(store.path().join("meta.zr")).unwrap();
+    (0..store.len())
+        .map(|i| {
+            let e = &meta[entry_offset(i)..entry_offset(i) + ENTRY_LEN];
+            zrecord::RecordLoc::from_bytes(e.try_into().unwrap())
+        })
+        .collect()
+}
+
 fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes(b[o..o + 2].try_into().unwrap())
 }
@@ -396,15 +407,7 @@ fn zstd_dict_trains_once_and_every_handle_reads_with_it() {
     store.append(&slices[10..], &opts(Codec::ZstdDict)).unwrap();
     let dict = std::fs::read(&dict_path).unwrap();
     assert_eq!(&dict[..4], b"ZRDC");
-    let meta = std::fs::read(path.join("meta.zr")).unwrap();
-    let tags: Vec<u8> = (0..recs.len())
-        .map(|i| {
-            let e = &meta[entry_offset(i)..entry_offset(i) + ENTRY_LEN];
-            zrecord::RecordLoc::from_bytes(e.try_into().unwrap())
-                .codec
-                .0
-        })
-        .collect();
+    let tags: Vec<u8> = entries(&store).iter().map(|e| e.codec.0).collect();
     assert!(tags[..10]
         .iter()
         .all(|&t| t == Codec::Zstd.tag().0 || t == 0));
@@ -457,13 +460,7 @@ fn zstd_dict_of_large_records_is_trained_on_their_starts() {
     store.append(&slices, &opts(Codec::ZstdDict)).unwrap();
     let dict = std::fs::read(dir.path().join("s.zr").join(zrecord::DICT_FILE_NAME)).unwrap();
     assert!(dict.len() <= 16 + 300 * 2048 / 100, "{} bytes", dict.len());
-    let meta = std::fs::read(dir.path().join("s.zr/meta.zr")).unwrap();
-    let stored: usize = (0..recs.len())
-        .map(|i| {
-            let e = &meta[entry_offset(i)..entry_offset(i) + ENTRY_LEN];
-            zrecord::RecordLoc::from_bytes(e.try_into().unwrap()).phys_length as usize
-        })
-        .sum();
+    let stored: usize = entries(&store).iter().map(|e| e.phys_length as usize).sum();
     let noise_bytes = 300 * (16 << 10);
     assert!(stored < noise_bytes + 300 * 50, "{stored} stored bytes");
     assert_eq!(read_all(&store), recs);
