@@ -773,43 +773,53 @@ fn truncated_files_are_refused_never_misread() {
     }
 }
 
+// Two tests, not a loop over `checksums`: each sweeps thousands of damaged
+// bytes, and the test harness runs them side by side.
 #[test]
 fn damaged_payloads_are_refused_or_counted() {
-    for checksums in [false, true] {
-        let fx = Fixture::new(checksums);
-        let mut by_codec: BTreeMap<&'static str, Tally> = BTreeMap::new();
-        for (i, loc) in fx.locs.iter().enumerate() {
-            let Some(codec) = Codec::from_tag(loc.codec).filter(|&c| c != Codec::Raw) else {
-                continue;
-            };
-            let path = fx.chunk(loc.chunk_id as usize);
-            let tally = by_codec.entry(codec.name()).or_default();
-            for at in (loc.offset as u64..loc.end()).step_by(BYTE_STEP) {
-                for pattern in PAYLOAD_PATTERNS {
-                    let name = format!("record {i} ({codec:?}) byte {at} ^ {pattern:#04x}");
-                    case(&fx, &name, Some(i as u64), false, tally, || {
-                        xor_byte(&path, at, pattern)
-                    });
-                }
+    damaged_payloads(false);
+}
+
+#[test]
+fn damaged_payloads_with_checksums_are_refused() {
+    damaged_payloads(true);
+}
+
+/// Flips bytes of every compressed record's payload, one at a time.
+fn damaged_payloads(checksums: bool) {
+    let fx = Fixture::new(checksums);
+    let mut by_codec: BTreeMap<&'static str, Tally> = BTreeMap::new();
+    for (i, loc) in fx.locs.iter().enumerate() {
+        let Some(codec) = Codec::from_tag(loc.codec).filter(|&c| c != Codec::Raw) else {
+            continue;
+        };
+        let path = fx.chunk(loc.chunk_id as usize);
+        let tally = by_codec.entry(codec.name()).or_default();
+        for at in (loc.offset as u64..loc.end()).step_by(BYTE_STEP) {
+            for pattern in PAYLOAD_PATTERNS {
+                let name = format!("record {i} ({codec:?}) byte {at} ^ {pattern:#04x}");
+                case(&fx, &name, Some(i as u64), false, tally, || {
+                    xor_byte(&path, at, pattern)
+                });
             }
         }
-        for (name, tally) in &by_codec {
-            report(&format!("payload bytes, {name}"), &fx, tally);
-        }
-        assert_eq!(
-            by_codec.len(),
-            3,
-            "every compressing codec stored something"
-        );
-        for (name, tally) in &by_codec {
-            let codec = Codec::from_name(name).unwrap();
-            // Damage to one record's bytes never changes how another reads.
-            assert_eq!(tally.others_affected, 0, "{name}: {:#?}", tally.examples);
-            if payload_damage_detected(codec, checksums) {
-                tally.assert_all_detected(name);
-            } else {
-                tally.assert_safe(name);
-            }
+    }
+    for (name, tally) in &by_codec {
+        report(&format!("payload bytes, {name}"), &fx, tally);
+    }
+    assert_eq!(
+        by_codec.len(),
+        3,
+        "every compressing codec stored something"
+    );
+    for (name, tally) in &by_codec {
+        let codec = Codec::from_name(name).unwrap();
+        // Damage to one record's bytes never changes how another reads.
+        assert_eq!(tally.others_affected, 0, "{name}: {:#?}", tally.examples);
+        if payload_damage_detected(codec, checksums) {
+            tally.assert_all_detected(name);
+        } else {
+            tally.assert_safe(name);
         }
     }
 }

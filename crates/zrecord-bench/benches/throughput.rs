@@ -1,7 +1,7 @@
 //! Append (plain and durable) and gather throughput for every codec, next
 //! to a plain in-memory copy of the same bytes (the physical reference).
 //!
-//! `cargo bench -p zrecord --bench throughput`
+//! `cargo bench -p zrecord-bench --bench throughput`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
