@@ -1,8 +1,8 @@
 //! Encoded images, damaged or not, through the image pipeline.
 //!
 //! The input is a 16-byte header of parameters (channels, crop, output
-//! size, flip, draft, normalisation, a region and a scale, a seed) and then
-//! the file's bytes. What must hold, whatever the bytes:
+//! size, flip, draft, normalisation, antialiasing, a region and a scale, a
+//! seed) and then the file's bytes. What must hold, whatever the bytes:
 //! - the pipeline gives pixels or an error, never a panic or a crash, and
 //!   the same outcome and bytes from fresh memory as from memory an earlier
 //!   image left behind;
@@ -49,6 +49,7 @@ fuzz_target!(|input: &[u8]| {
         normalize,
         max_pixels: MAX_PIXELS,
         draft: p[4] & 2 != 0,
+        antialias: p[4] & 8 == 0,
     };
     let seed = u64::from_le_bytes([p[10], p[11], p[12], p[13], p[14], p[15], 0, 0]);
 

@@ -335,6 +335,7 @@ class ImagePipeline:
         max_pixels: int = ...,
         blank: bool = False,
         draft: bool = False,
+        antialias: bool = True,
     ) -> None: ...
     @property
     def sample_len(self) -> int: ...

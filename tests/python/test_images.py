@@ -180,6 +180,32 @@ def test_resizes_are_within_one_level_of_pillows_bilinear(cells):
         assert np.abs(batch["image"][k, :, :, 0].astype(int) - want.astype(int)).max() <= 1, k
 
 
+def torch_interpolated(torch, png, size):
+    """A gray PNG resized by torch's bilinear interpolation, without
+    antialiasing, rounded to levels."""
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("L"), dtype=np.float32)
+    resized = torch.nn.functional.interpolate(
+        torch.from_numpy(pixels)[None, None], size=size, mode="bilinear",
+        align_corners=False, antialias=False)
+    return resized[0, 0].round().clamp(0, 255).numpy().astype(int)
+
+
+def test_without_antialias_resizes_are_within_one_level_of_torch_interpolate(cells):
+    """``antialias=False`` is the bilinear interpolation of
+    ``tf.image.resize`` and of torch with ``antialias=False``."""
+    torch = pytest.importorskip("torch")
+    ds, raw = cells
+    for size in [(77, 123), (420, 350)]:  # shrinking, enlarging
+        (batch,) = batches(ds, Images(size, channels=1, antialias=False), 1)
+        for k in range(4):
+            diff = np.abs(batch["image"][k, :, :, 0].astype(int) - torch_interpolated(torch, raw[k], size))
+            assert diff.max() <= 1, (size, k, diff.max())
+    # The default averages every pixel under a shrunk one instead.
+    (batch,) = batches(ds, Images((77, 123), channels=1), 1)
+    diff = np.abs(batch["image"][0, :, :, 0].astype(int) - torch_interpolated(torch, raw[0], (77, 123)))
+    assert diff.max() > 1
+
+
 def test_random_crops_do_not_depend_on_workers_or_resume(photos):
     ds, _ = photos
     augment = Images(32, crop="random", flip=True)
@@ -291,4 +317,5 @@ def test_the_repr_shows_what_the_pipeline_uses():
     assert repr(Images(28)) == "Images((28, 28), channels=3, crop='resize')"
     text = repr(Images(224, crop="random", flip=True, on_error="blank"))
     assert "scale=(0.08, 1.0)" in text and "flip=True" in text and "on_error='blank'" in text
-    assert "fraction" not in text and "mean" not in text
+    assert "fraction" not in text and "mean" not in text and "antialias" not in text
+    assert "antialias=False" in repr(Images(28, antialias=False))

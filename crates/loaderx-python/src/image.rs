@@ -28,7 +28,7 @@ impl ImagePipeline {
     #[pyo3(signature = (height, width, channels = 3, crop = "resize", fraction = 0.875,
                         scale = (0.08, 1.0), ratio = (0.75, 4.0 / 3.0), flip = false,
                         mean = None, std = None, max_pixels = DEFAULT_MAX_PIXELS, blank = false,
-                        draft = false))]
+                        draft = false, antialias = true))]
     #[allow(clippy::too_many_arguments)] // Python keywords, one per option.
     fn new(
         height: usize,
@@ -44,6 +44,7 @@ impl ImagePipeline {
         max_pixels: usize,
         blank: bool,
         draft: bool,
+        antialias: bool,
     ) -> PyResult<Self> {
         let channels = match channels {
             1 => Channels::Gray,
@@ -79,6 +80,7 @@ impl ImagePipeline {
             normalize,
             max_pixels,
             draft,
+            antialias,
         };
         pipeline
             .validate()

@@ -27,6 +27,11 @@ pub struct Normalize {
 /// a JPEG whose box is at least twice the output each way is decoded at
 /// 1/2, 1/4 or 1/8 of its size (libjpeg-turbo's scaled inverse DCT, as
 /// Pillow's `draft`), the least at which the box keeps the output's pixels.
+/// The resize is bilinear: with `antialias`, its filter widens to average
+/// every source pixel when shrinking (Pillow's `BILINEAR`); without, each
+/// output pixel interpolates its two nearest source pixels each way
+/// (`tf.image.resize`'s bilinear, torchvision's `antialias=False`), which
+/// is cheaper and aliases when shrinking.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pipeline {
     pub height: usize,
@@ -37,6 +42,7 @@ pub struct Pipeline {
     pub normalize: Option<Normalize>,
     pub max_pixels: usize,
     pub draft: bool,
+    pub antialias: bool,
 }
 
 /// The memory a thread reuses from image to image.
@@ -131,12 +137,19 @@ impl Pipeline {
 
     /// The region of a `size` image that the resize of `place` at `scale`
     /// reads: the box and, on each side, its filter's reach at that scale
-    /// (one output pixel's span, Pillow's bilinear support of 1 scaled when
-    /// shrinking, and one pixel more for rounding), in the whole image's
-    /// pixels.
+    /// (the bilinear support of 1, scaled to one output pixel's span when
+    /// shrinking with `antialias`, and one pixel more for rounding), in the
+    /// whole image's pixels.
     fn resize_reads(&self, place: CropBox, size: Size, scale: Scale) -> CropBox {
         let e = scale.in_eighths();
-        let reach = |side: usize, out: usize| (((side * e).div_ceil(8 * out) + 1) * 8).div_ceil(e);
+        let support = |side: usize, out: usize| {
+            if self.antialias {
+                (side * e).div_ceil(8 * out)
+            } else {
+                1
+            }
+        };
+        let reach = |side: usize, out: usize| ((support(side, out) + 1) * 8).div_ceil(e);
         let reach_x = reach(place.width, self.width);
         let reach_y = reach(place.height, self.height);
         let left = place.left.saturating_sub(reach_x);
@@ -206,8 +219,13 @@ impl Pipeline {
             // Channels resampled each on its own, alpha included, as
             // Pillow's bilinear resize does (no premultiplying).
             let f = scale.factor();
+            let resize_alg = if self.antialias {
+                ResizeAlg::Convolution(FilterType::Bilinear)
+            } else {
+                ResizeAlg::Interpolation(FilterType::Bilinear)
+            };
             let options = ResizeOptions::new()
-                .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
+                .resize_alg(resize_alg)
                 .use_alpha(false)
                 .crop(
                     place.left as f64 * f - region.left as f64,
@@ -306,6 +324,7 @@ mod tests {
             normalize: None,
             max_pixels: DEFAULT_MAX_PIXELS,
             draft: true,
+            antialias: true,
         };
         let scale = |width, height| {
             p.scale(CropBox {

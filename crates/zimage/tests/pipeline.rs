@@ -56,6 +56,7 @@ fn pipeline(height: usize, width: usize, channels: Channels) -> Pipeline {
         normalize: None,
         max_pixels: DEFAULT_MAX_PIXELS,
         draft: false,
+        antialias: true,
     }
 }
 
@@ -415,13 +416,18 @@ fn random_crops_of_jpegs_are_the_same_pixels_as_from_whole_decodes() {
         let file = jpeg_of((97, 131), jpeg_encoder::ColorType::Rgb, sampling, 0, false);
         let whole = decoded_whole(&file).unwrap();
         for (h, w) in [(24, 24), (50, 40), (131, 97)] {
-            let p = training_crops(h, w);
-            for seed in 0..50 {
-                assert_eq!(
-                    run(&p, &file, seed),
-                    run(&p, &whole, seed),
-                    "{sampling:?}, {h}x{w}, seed {seed}"
-                );
+            for antialias in [true, false] {
+                let p = Pipeline {
+                    antialias,
+                    ..training_crops(h, w)
+                };
+                for seed in 0..50 {
+                    assert_eq!(
+                        run(&p, &file, seed),
+                        run(&p, &whole, seed),
+                        "{sampling:?}, {h}x{w}, antialias {antialias}, seed {seed}"
+                    );
+                }
             }
         }
     }
@@ -711,6 +717,82 @@ fn crops_cut_their_box_and_normalising_writes_float32() {
         let value = f32::from_ne_bytes(value.try_into().unwrap());
         let want = (f32::from(v) / 255.0 - mean[k % 3]) / std[k % 3];
         assert_eq!(value, want);
+    }
+}
+
+/// Bilinear interpolation without antialiasing (half-pixel centres, as
+/// `tf.image.resize` and torchvision's `antialias=False`), in floating
+/// point: an output pixel's centre is mapped into the source, the source
+/// pixels whose centres lie within one pixel of it are weighted by their
+/// distance, and the weights of pixels past the edge are dropped and the
+/// rest rescaled to a sum of 1 (which clamps to the edge).
+fn interpolated(
+    pixels: &[u8],
+    (w, h): (usize, usize),
+    channels: usize,
+    (out_w, out_h): (usize, usize),
+) -> Vec<u8> {
+    let taps = |o: usize, size: usize, out: usize| -> Vec<(usize, f64)> {
+        let centre = (o as f64 + 0.5) * size as f64 / out as f64;
+        let mut taps: Vec<(usize, f64)> = (0..size)
+            .map(|x| (x, 1.0 - (x as f64 + 0.5 - centre).abs()))
+            .filter(|&(_, weight)| weight > 0.0)
+            .collect();
+        let sum: f64 = taps.iter().map(|t| t.1).sum();
+        taps.iter_mut().for_each(|t| t.1 /= sum);
+        taps
+    };
+    let mut out = Vec::with_capacity(out_w * out_h * channels);
+    for y in 0..out_h {
+        let rows = taps(y, h, out_h);
+        for x in 0..out_w {
+            let columns = taps(x, w, out_w);
+            for c in 0..channels {
+                let mut value = 0.0;
+                for &(sy, wy) in &rows {
+                    for &(sx, wx) in &columns {
+                        value += wy * wx * f64::from(pixels[(sy * w + sx) * channels + c]);
+                    }
+                }
+                out.push(value.round().clamp(0.0, 255.0) as u8);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn without_antialias_a_resize_interpolates_within_a_level() {
+    let (w, h) = (97, 61);
+    let rgb = noise(w * h * 3, 9);
+    let bytes = rgb_png(w, h, &rgb);
+    let gray: Vec<u8> = rgb.chunks(3).map(luma).collect();
+    let rgba: Vec<u8> = rgb
+        .chunks(3)
+        .flat_map(|p| [p[0], p[1], p[2], 255])
+        .collect();
+    // Shrinking (by 2.4 and 2), enlarging, and both at once.
+    for (out_w, out_h) in [(40, 30), (150, 100), (64, 90)] {
+        for (channels, pixels) in [
+            (Channels::Gray, &gray),
+            (Channels::Rgb, &rgb),
+            (Channels::Rgba, &rgba),
+        ] {
+            let n = channels.count();
+            let want = interpolated(pixels, (w, h), n, (out_w, out_h));
+            let p = Pipeline {
+                antialias: false,
+                ..pipeline(out_h, out_w, channels)
+            };
+            let got = run(&p, &bytes, 0).unwrap();
+            let off = |a: &[u8]| a.iter().zip(&want).map(|(&a, &b)| a.abs_diff(b)).max();
+            assert!(off(&got) <= Some(1), "{out_w}x{out_h}, {n} channels");
+            // With antialiasing (the default), a shrink averages more pixels.
+            if out_w < w && out_h < h {
+                let smoothed = run(&pipeline(out_h, out_w, channels), &bytes, 0).unwrap();
+                assert!(off(&smoothed) > Some(16), "{out_w}x{out_h}, {n} channels");
+            }
+        }
     }
 }
 

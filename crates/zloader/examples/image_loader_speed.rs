@@ -42,6 +42,7 @@ fn main() {
         normalize: None,
         max_pixels: DEFAULT_MAX_PIXELS,
         draft: false,
+        antialias: true,
     });
     let dir = tempfile::tempdir().expect("a temporary folder");
     let store = Arc::new(Store::open(dir.path().join("images.zr")).expect("a new store"));

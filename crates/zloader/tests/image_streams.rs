@@ -55,6 +55,7 @@ fn pipeline(crop: Crop, flip: bool) -> Arc<Pipeline> {
         normalize: None,
         max_pixels: DEFAULT_MAX_PIXELS,
         draft: false,
+        antialias: true,
     })
 }
 
