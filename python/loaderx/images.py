@@ -70,9 +70,9 @@ class Images:
             array of the batch's length, so that one bad file among millions
             does not stop a training run.
 
-    The box is resized with a bilinear filter (see `antialias`). A record that is not a
-    JPEG, PNG or WebP, or is truncated, damaged, empty or over `max_pixels`, is a
-    bad image (see `on_error`).
+    The box is resized with a bilinear filter (see `antialias`). A record
+    that is not a JPEG, PNG or WebP, or is truncated, damaged, empty or over
+    `max_pixels`, is a bad image (see `on_error`).
     """
 
     def __init__(
