@@ -2,7 +2,7 @@
 //! normalise one encoded image into its slot of a batch.
 
 use fast_image_resize::images::{TypedImage, TypedImageRef};
-use fast_image_resize::pixels::{U8x3, U8x4, U8};
+use fast_image_resize::pixels::{U8x4, U8};
 use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
 
 use crate::crop::{Crop, CropBox, Draws};
@@ -49,6 +49,9 @@ pub struct Pipeline {
 pub struct Scratch {
     decoded: Vec<u8>,
     decoders: Decoders,
+    /// RGB output resized as RGBA ([`Pipeline::run`]), before its fourth
+    /// channel is dropped.
+    wide: Vec<u8>,
     resized: Vec<u8>,
     resizer: Resizer,
 }
@@ -58,6 +61,7 @@ impl Default for Scratch {
         Scratch {
             decoded: Vec::new(),
             decoders: Decoders::default(),
+            wide: Vec::new(),
             resized: Vec::new(),
             resizer: Resizer::new(),
         }
@@ -174,6 +178,7 @@ impl Pipeline {
         let Scratch {
             decoded,
             decoders,
+            wide,
             resized,
             resizer,
         } = scratch;
@@ -195,9 +200,18 @@ impl Pipeline {
                 scale,
             }
         };
+        // RGB is decoded and resized as RGBA, each channel on its own, and
+        // its fourth channel dropped after: fast_image_resize's kernels for
+        // four-byte pixels are faster than those for three, by more than
+        // the wider decode and resize cost (bench/README.md, "RGB resized
+        // as RGBA"); the RGB bytes are the same.
+        let work_channels = match self.channels {
+            Channels::Rgb => Channels::Rgba,
+            other => other,
+        };
         let Decoded { region, scale, .. } = decode_region(
             encoded,
-            self.channels,
+            work_channels,
             self.max_pixels,
             reads,
             decoded,
@@ -234,18 +248,25 @@ impl Pipeline {
                     place.height as f64 * f,
                 );
             let source = (region.width as u32, region.height as u32, &decoded[..]);
-            let target = (self.width as u32, self.height as u32, &mut *pixels);
+            let (width, height) = (self.width as u32, self.height as u32);
             match self.channels {
-                Channels::Gray => resize::<U8>(resizer, source, target, &options),
-                Channels::Rgb => resize::<U8x3>(resizer, source, target, &options),
-                Channels::Rgba => resize::<U8x4>(resizer, source, target, &options),
+                Channels::Gray => resize::<U8>(resizer, source, (width, height, pixels), &options),
+                Channels::Rgb => {
+                    wide.resize(self.width * self.height * 4, 0);
+                    resize::<U8x4>(resizer, source, (width, height, wide), &options)
+                }
+                Channels::Rgba => {
+                    resize::<U8x4>(resizer, source, (width, height, pixels), &options)
+                }
             }
             .map_err(|e| ImageError::Decode {
                 format: "resize",
                 reason: e,
             })?;
-            if flip {
-                mirror(pixels, self.width, self.channels.count());
+            match self.channels {
+                Channels::Rgb => drop_fourth_channel(wide, pixels, self.width, flip),
+                _ if flip => mirror(pixels, self.width, self.channels.count()),
+                _ => {}
             }
         }
         if let Some(n) = &self.normalize {
@@ -258,8 +279,8 @@ impl Pipeline {
 /// Resizes the `(width, height, pixels)` of `source` (cut by the crop of
 /// `options`) to those of `target`, for pixels of type `P`. Typed, not
 /// `Resizer::resize`, which would build fast_image_resize's convolutions
-/// for all thirteen of its pixel types, not three (a release build of this
-/// crate took 48 s instead of 36).
+/// for all thirteen of its pixel types, not the two used (a release build
+/// of this crate took 48 s instead of 20).
 fn resize<P: PixelTrait>(
     resizer: &mut Resizer,
     (width, height, pixels): (u32, u32, &[u8]),
@@ -275,11 +296,104 @@ fn resize<P: PixelTrait>(
         .map_err(|e| e.to_string())
 }
 
+/// The first three bytes of each four-byte pixel of `rgba` into `rgb`, row
+/// by row (`width` pixels a row), each row mirrored left to right with
+/// `flip`: the flip costs nothing more here. Four pixels at a time, by one
+/// byte shuffle where the CPU has SSSE3 (any x86-64 made since 2008);
+/// elsewhere by the compiler's byte moves, which took half as long again.
+fn drop_fourth_channel(rgba: &[u8], rgb: &mut [u8], width: usize, flip: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("ssse3") {
+        // SAFETY: the CPU has SSSE3, checked just above.
+        return unsafe { drop_fourth_channel_ssse3(rgba, rgb, width, flip) };
+    }
+    drop_fourth_channel_portable(rgba, rgb, width, flip);
+}
+
+/// [`drop_fourth_channel`] on any CPU.
+fn drop_fourth_channel_portable(rgba: &[u8], rgb: &mut [u8], width: usize, flip: bool) {
+    keep_three_of_four(rgba, rgb, width, flip, |f, mirrored| match mirrored {
+        false => [
+            f[0], f[1], f[2], f[4], f[5], f[6], f[8], f[9], f[10], f[12], f[13], f[14],
+        ],
+        true => [
+            f[12], f[13], f[14], f[8], f[9], f[10], f[4], f[5], f[6], f[0], f[1], f[2],
+        ],
+    });
+}
+
+/// [`drop_fourth_channel`] with SSSE3's byte shuffle.
+///
+/// # Safety
+/// The CPU must have SSSE3.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3")]
+unsafe fn drop_fourth_channel_ssse3(rgba: &[u8], rgb: &mut [u8], width: usize, flip: bool) {
+    use std::arch::x86_64::_mm_storeu_si128;
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_set_epi8, _mm_shuffle_epi8};
+    // Bytes 0-11 of the result from these bytes of the source (the last
+    // four unused); `_mm_set_epi8` takes them from byte 15 down.
+    let keep = _mm_set_epi8(-1, -1, -1, -1, 14, 13, 12, 10, 9, 8, 6, 5, 4, 2, 1, 0);
+    let keep_mirrored = _mm_set_epi8(-1, -1, -1, -1, 2, 1, 0, 6, 5, 4, 10, 9, 8, 14, 13, 12);
+    keep_three_of_four(rgba, rgb, width, flip, |f, mirrored| {
+        let mut out = [0u8; 16];
+        // SAFETY: `f` and `out` are 16 bytes; unaligned loads and stores.
+        unsafe {
+            let pixels = _mm_loadu_si128(f.as_ptr().cast::<__m128i>());
+            let mask = if mirrored { keep_mirrored } else { keep };
+            let kept = _mm_shuffle_epi8(pixels, mask);
+            _mm_storeu_si128(out.as_mut_ptr().cast::<__m128i>(), kept);
+        }
+        out[..12].try_into().expect("12 bytes")
+    });
+}
+
+/// The loop of [`drop_fourth_channel`], with `keep(four_pixels, mirrored)`
+/// the first three bytes of each of four pixels, in reverse order when
+/// `mirrored`. Inlined, so that `keep` is compiled with its caller's CPU
+/// features.
+#[inline(always)]
+fn keep_three_of_four(
+    rgba: &[u8],
+    rgb: &mut [u8],
+    width: usize,
+    flip: bool,
+    keep: impl Fn(&[u8; 16], bool) -> [u8; 12],
+) {
+    let four = |f: &[u8], t: &mut [u8]| {
+        t.copy_from_slice(&keep(f.try_into().expect("16 bytes"), flip));
+    };
+    for (from, to) in rgba
+        .chunks_exact(width * 4)
+        .zip(rgb.chunks_exact_mut(width * 3))
+    {
+        let mut froms = from.chunks_exact(16);
+        if flip {
+            // Pixel k of the row goes to slot width - 1 - k: the row's
+            // first groups of four to its last slots, the few pixels left
+            // over at its end to its first slots.
+            let mut tos = to.rchunks_exact_mut(12);
+            (&mut froms).zip(&mut tos).for_each(|(f, t)| four(f, t));
+            let rest = froms.remainder().chunks_exact(4);
+            for (f, t) in rest.zip(tos.into_remainder().rchunks_exact_mut(3)) {
+                t.copy_from_slice(&f[..3]);
+            }
+        } else {
+            let mut tos = to.chunks_exact_mut(12);
+            (&mut froms).zip(&mut tos).for_each(|(f, t)| four(f, t));
+            let rest = froms.remainder().chunks_exact(4);
+            for (f, t) in rest.zip(tos.into_remainder().chunks_exact_mut(3)) {
+                t.copy_from_slice(&f[..3]);
+            }
+        }
+    }
+}
+
 /// Mirrors every row of `pixels` left to right.
+/// (RGB is mirrored as its fourth channel is dropped: [`drop_fourth_channel`].)
 fn mirror(pixels: &mut [u8], width: usize, channels: usize) {
     match channels {
         1 => pixels.chunks_exact_mut(width).for_each(<[u8]>::reverse),
-        3 => mirror_pixels::<3>(pixels, width),
         _ => mirror_pixels::<4>(pixels, width),
     }
 }
@@ -353,5 +467,45 @@ mod tests {
             ),
             Scale::FULL
         );
+    }
+
+    /// The three bytes of each pixel, pixel by pixel, rows mirrored with
+    /// `flip`.
+    fn kept(rgba: &[u8], width: usize, flip: bool) -> Vec<u8> {
+        rgba.chunks(width * 4)
+            .flat_map(|row| {
+                let pixels: Vec<&[u8]> = row.chunks(4).collect();
+                let order: Vec<&[u8]> = match flip {
+                    true => pixels.into_iter().rev().collect(),
+                    false => pixels,
+                };
+                order
+                    .into_iter()
+                    .flat_map(|p| p[..3].to_vec())
+                    .collect::<Vec<u8>>()
+            })
+            .collect()
+    }
+
+    /// Both ways of dropping the fourth channel, at every width's
+    /// remainder of four, against a pixel-by-pixel model.
+    #[test]
+    fn the_fourth_channel_is_dropped_and_rows_mirrored_on_every_cpu() {
+        for width in 1..=13 {
+            for height in 1..=3 {
+                let rgba: Vec<u8> = (0..width * height * 4)
+                    .map(|i| (i * 7 % 251) as u8)
+                    .collect();
+                for flip in [false, true] {
+                    let want = kept(&rgba, width, flip);
+                    let mut got = vec![0; width * height * 3];
+                    drop_fourth_channel(&rgba, &mut got, width, flip);
+                    assert_eq!(got, want, "{width}x{height}, flip {flip}");
+                    let mut got = vec![0; width * height * 3];
+                    drop_fourth_channel_portable(&rgba, &mut got, width, flip);
+                    assert_eq!(got, want, "portable, {width}x{height}, flip {flip}");
+                }
+            }
+        }
     }
 }

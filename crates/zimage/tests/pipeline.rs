@@ -796,6 +796,73 @@ fn without_antialias_a_resize_interpolates_within_a_level() {
     }
 }
 
+/// `pixels` (RGB, `w` x `h`) resized to `out_w` x `out_h` by
+/// fast_image_resize's three-channel kernels, bilinear with or without
+/// antialiasing.
+fn resized_as_rgb(
+    pixels: &[u8],
+    (w, h): (usize, usize),
+    (out_w, out_h): (usize, usize),
+    antialias: bool,
+) -> Vec<u8> {
+    use fast_image_resize::images::{TypedImage, TypedImageRef};
+    use fast_image_resize::pixels::U8x3;
+    use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
+    let source = TypedImageRef::<U8x3>::from_buffer(w as u32, h as u32, pixels).unwrap();
+    let mut out = vec![0u8; out_w * out_h * 3];
+    let mut target = TypedImage::<U8x3>::from_buffer(out_w as u32, out_h as u32, &mut out).unwrap();
+    let alg = match antialias {
+        true => ResizeAlg::Convolution(FilterType::Bilinear),
+        false => ResizeAlg::Interpolation(FilterType::Bilinear),
+    };
+    let options = ResizeOptions::new().resize_alg(alg).use_alpha(false);
+    Resizer::new()
+        .resize_typed(&source, &mut target, &options)
+        .unwrap();
+    out
+}
+
+/// RGB is resized as RGBA and its fourth channel dropped (`Pipeline::run`):
+/// the same bytes as the three-channel resize, at widths that are and are
+/// not a multiple of the four pixels the channel is dropped from at a time,
+/// flipped or not, from a PNG and from a JPEG.
+#[test]
+fn rgb_is_the_same_bytes_as_a_three_channel_resize() {
+    let (w, h) = (97, 61);
+    let png = rgb_png(w, h, &noise(w * h * 3, 10));
+    let jpeg = jpeg_of(
+        (w as u16, h as u16),
+        jpeg_encoder::ColorType::Rgb,
+        jpeg_encoder::SamplingFactor::F_2_2,
+        0,
+        false,
+    );
+    for bytes in [&png, &jpeg] {
+        let mut decoded = Vec::new();
+        zimage::decode(bytes, Channels::Rgb, DEFAULT_MAX_PIXELS, &mut decoded).unwrap();
+        for (out_w, out_h) in [(40, 30), (15, 9), (150, 100), (1, 7), (97, 61)] {
+            for antialias in [true, false] {
+                let want = resized_as_rgb(&decoded, (w, h), (out_w, out_h), antialias);
+                let mirrored: Vec<u8> = want
+                    .chunks(out_w * 3)
+                    .flat_map(|row| row.chunks(3).rev().flatten().copied().collect::<Vec<_>>())
+                    .collect();
+                let p = Pipeline {
+                    antialias,
+                    flip: true,
+                    ..pipeline(out_h, out_w, Channels::Rgb)
+                };
+                let outs: Vec<Vec<u8>> =
+                    (0..16).map(|seed| run(&p, bytes, seed).unwrap()).collect();
+                let case = format!("{out_w}x{out_h}, antialias {antialias}");
+                assert!(outs.contains(&want), "{case}: never as resized");
+                assert!(outs.contains(&mirrored), "{case}: never mirrored");
+                assert!(outs.iter().all(|o| *o == want || *o == mirrored), "{case}");
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_pipelines_are_refused() {
     let good = pipeline(8, 8, Channels::Rgb);
