@@ -637,6 +637,21 @@ fn crc32(bytes: &[u8]) -> u32 {
     !crc
 }
 
+/// Each row of `pixels` (`width` pixels of `channels` bytes) mirrored left
+/// to right.
+fn mirrored_rows(pixels: &[u8], width: usize, channels: usize) -> Vec<u8> {
+    pixels
+        .chunks(width * channels)
+        .flat_map(|row| {
+            row.chunks(channels)
+                .rev()
+                .flatten()
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 #[test]
 fn a_flip_mirrors_the_image_on_a_coin_of_the_seed() {
     let (w, h) = (10, 4);
@@ -654,10 +669,7 @@ fn a_flip_mirrors_the_image_on_a_coin_of_the_seed() {
             &pixels,
             None,
         );
-        let mirrored: Vec<u8> = pixels
-            .chunks(w * c)
-            .flat_map(|row| row.chunks(c).rev().flatten().copied().collect::<Vec<_>>())
-            .collect();
+        let mirrored = mirrored_rows(&pixels, w, c);
         let p = Pipeline {
             flip: true,
             ..pipeline(h, w, channels)
@@ -843,10 +855,7 @@ fn rgb_is_the_same_bytes_as_a_three_channel_resize() {
         for (out_w, out_h) in [(40, 30), (15, 9), (150, 100), (1, 7), (97, 61)] {
             for antialias in [true, false] {
                 let want = resized_as_rgb(&decoded, (w, h), (out_w, out_h), antialias);
-                let mirrored: Vec<u8> = want
-                    .chunks(out_w * 3)
-                    .flat_map(|row| row.chunks(3).rev().flatten().copied().collect::<Vec<_>>())
-                    .collect();
+                let mirrored = mirrored_rows(&want, out_w, 3);
                 let p = Pipeline {
                     antialias,
                     flip: true,
