@@ -1,14 +1,24 @@
 //! Chunk files `0.zr`, `1.zr`, …: densely packed record bytes (docs/FORMAT.md,
 //! "Chunk files").
 //!
-//! Writes go through `pwrite`; reads come from a shared read-only mapping of
-//! the chunk's full capacity, so a growing file never needs remapping. A read
-//! is only ever served below the file size we have observed, because touching
-//! a mapped page past the end of the file raises SIGBUS.
+//! Writes go through `pwrite`; reads come from shared read-only mappings of
+//! the file. A read is only ever served below the file size we have
+//! observed, because touching a mapped page past the end of the file raises
+//! SIGBUS.
+//!
+//! A chunk is mapped in windows as long as the file, rounded up to a power of
+//! two: the size seen at open, and a window twice as long (or more) each
+//! time the file grows past the largest. Reads go through the largest;
+//! smaller ones stay mapped until the chunk closes, as slices read from
+//! them may still be in use. Mapping every chunk at its full capacity (4
+//! GiB) would never need a second window, but spreads a collection's shards
+//! 4 GiB apart in the address space, and a shuffled gather over them then
+//! pays for the page walks: over 100 shards it ran at 0.68× one store, with
+//! windows at 0.74× (bench/README.md, "Sharded collections").
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 #[cfg(unix)]
@@ -44,6 +54,20 @@ pub fn prefetch(stored: &[u8]) {
     let _ = head;
 }
 
+/// The shortest window a chunk is mapped in; window class `k` is this many
+/// bytes times `2^k`, up to [`CHUNK_CAPACITY`].
+const MIN_WINDOW: u64 = 64 << 10;
+
+/// Window classes, from [`MIN_WINDOW`] to [`CHUNK_CAPACITY`].
+const WINDOW_CLASSES: usize = (CHUNK_CAPACITY / MIN_WINDOW).ilog2() as usize + 1;
+
+/// The class of the shortest window that holds `size` bytes (those past
+/// [`CHUNK_CAPACITY`] are never read: no record ends there).
+fn window_class(size: u64) -> usize {
+    let windows = size.min(CHUNK_CAPACITY).div_ceil(MIN_WINDOW).max(1);
+    windows.next_power_of_two().ilog2() as usize
+}
+
 /// Ending of every chunk file's name, after the chunk number in decimal
 /// (docs/FORMAT.md, "Chunk files").
 const CHUNK_FILE_SUFFIX: &str = ".zr";
@@ -63,8 +87,12 @@ pub(crate) struct ChunkFile {
     hook: Hook,
     path: PathBuf,
     file: File,
-    map: Mmap,
-    /// Bytes known to exist in the file: the size last seen by an `fstat`.
+    /// The windows made so far, by class: see the module's documentation.
+    windows: [OnceLock<Mmap>; WINDOW_CLASSES],
+    /// The class of the largest window, made before it is named here.
+    largest: AtomicUsize,
+    /// Bytes known to exist in the file: the size last seen by an `fstat`,
+    /// never past the largest window that holds it (raised after it).
     size: AtomicU64,
     /// Tells the store when the file changes (`files/change_watch.rs`).
     _watch: Option<FileWatch>,
@@ -100,30 +128,57 @@ impl ChunkFile {
         // Watched before its size is read: a truncation after it is an event.
         let watch = changes.watch(&file);
         let size = file.metadata().map_err(io_error(&path))?.len();
+        let chunk = ChunkFile {
+            id,
+            hook,
+            path,
+            file,
+            windows: std::array::from_fn(|_| OnceLock::new()),
+            largest: AtomicUsize::new(0),
+            size: AtomicU64::new(0),
+            _watch: watch,
+        };
+        chunk.map_window(window_class(size))?;
+        chunk.size.store(size, Ordering::Release);
+        Ok(chunk)
+    }
+
+    /// Makes the window of class `class` unless there is one that long or
+    /// longer, and reads go through it from now on.
+    fn map_window(&self, class: usize) -> Result<()> {
+        let largest = self.largest.load(Ordering::Acquire);
+        if largest >= class && self.windows[largest].get().is_some() {
+            return Ok(());
+        }
         // SAFETY: the mapping is read-only and shared; bytes of committed
         // records are never rewritten while readers may see them (only
         // `compact`, which holds `&mut Store`, moves records), and reads stay
         // below the observed file size (see `read`).
         let map = unsafe {
             MmapOptions::new()
-                .len(CHUNK_CAPACITY as usize)
-                .map(&file)
-                .map_err(io_error(&path))?
+                .len((MIN_WINDOW << class) as usize)
+                .map(&self.file)
+                .map_err(io_error(&self.path))?
         };
         // Gathers read scattered records: the default read-around would pull
         // 128 KiB from disk for every cold record. Advice only tunes paging
         // (and is a Unix call: Windows has no per-mapping equivalent).
         #[cfg(unix)]
-        map.advise(Advice::Random).map_err(io_error(&path))?;
-        Ok(ChunkFile {
-            id,
-            hook,
-            path,
-            file,
-            map,
-            size: AtomicU64::new(size),
-            _watch: watch,
-        })
+        map.advise(Advice::Random).map_err(io_error(&self.path))?;
+        // Made without a lock (as chunks are opened: a forked child may
+        // have inherited one locked); of two threads making the same
+        // window, the first to finish is kept.
+        self.windows[class].get_or_init(|| map);
+        self.largest.fetch_max(class, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The largest window.
+    fn window(&self) -> &Mmap {
+        let class = self.largest.load(Ordering::Acquire);
+        self.windows[class]
+            .get()
+            .expect("a window is made before its class is the largest")
     }
 
     pub fn path(&self) -> &Path {
@@ -144,7 +199,12 @@ impl ChunkFile {
     /// again: `None` for bytes past it.
     pub fn read_known(&self, offset: u32, len: u32) -> Option<&[u8]> {
         let end = offset as u64 + len as u64;
-        (end <= self.known_size()).then(|| &self.map[offset as usize..end as usize])
+        if end > self.known_size() {
+            return None;
+        }
+        // The known size is raised only once a window holds it; bytes past
+        // the capacity are in none (`None`: no record ends there).
+        self.window().get(offset as usize..end as usize)
     }
 
     /// Asks the kernel to start reading `offset..offset + len` into the page
@@ -155,7 +215,7 @@ impl ChunkFile {
         #[cfg(unix)]
         if len != 0 && offset as u64 + len as u64 <= self.size.load(Ordering::Relaxed) {
             let _ = self
-                .map
+                .window()
                 .advise_range(Advice::WillNeed, offset as usize, len as usize);
         }
         #[cfg(not(unix))]
@@ -173,8 +233,9 @@ impl ChunkFile {
             bytes,
         })?;
         write_all_at(&self.file, bytes, offset).map_err(io_error(&self.path))?;
-        self.size
-            .fetch_max(offset + bytes.len() as u64, Ordering::AcqRel);
+        let end = offset + bytes.len() as u64;
+        self.map_window(window_class(end))?;
+        self.size.fetch_max(end, Ordering::AcqRel);
         Ok(())
     }
 
@@ -187,6 +248,7 @@ impl ChunkFile {
     /// size, smaller than before if another program truncated the file.
     pub fn refresh_size(&self) -> Result<u64> {
         let size = self.file.metadata().map_err(io_error(&self.path))?.len();
+        self.map_window(window_class(size))?;
         self.size.store(size, Ordering::Release);
         Ok(size)
     }
@@ -344,5 +406,88 @@ impl ChunkFiles {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error(path)(e)),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_class_is_the_shortest_window_that_holds_the_size() {
+        assert_eq!(window_class(0), 0);
+        assert_eq!(window_class(MIN_WINDOW), 0);
+        assert_eq!(window_class(MIN_WINDOW + 1), 1);
+        assert_eq!(window_class(4 * MIN_WINDOW), 2);
+        assert_eq!(window_class(4 * MIN_WINDOW + 1), 3);
+        assert_eq!(window_class(CHUNK_CAPACITY), WINDOW_CLASSES - 1);
+        assert_eq!(window_class(u64::MAX), WINDOW_CLASSES - 1);
+        assert_eq!(MIN_WINDOW << (WINDOW_CLASSES - 1), CHUNK_CAPACITY);
+    }
+
+    fn open(path: &Path, create: bool) -> ChunkFile {
+        ChunkFile::open(
+            0,
+            path.to_path_buf(),
+            create,
+            !create,
+            None,
+            &Changes::new(),
+        )
+        .unwrap()
+    }
+
+    /// Bytes `at..at + len` of a pattern that differs from one window to
+    /// the next.
+    fn pattern(at: u64, len: usize) -> Vec<u8> {
+        (at..at + len as u64).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn a_growing_chunk_is_read_through_longer_windows_and_earlier_reads_stay_valid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(chunk_file_name(0));
+        let writer = open(&path, true);
+        let first = pattern(0, 1000);
+        writer.write_at(0, &first).unwrap();
+        // Opened while the file is small: one window of the least class.
+        let reader = open(&path, false);
+        assert_eq!(reader.largest.load(Ordering::Relaxed), 0);
+        let early = reader.read(0, 1000).unwrap();
+        // Grown past several windows by another handle, and by this one.
+        let far = 5 * MIN_WINDOW + 17;
+        writer.write_at(far, &pattern(far, 3000)).unwrap();
+        assert_eq!(
+            writer.largest.load(Ordering::Relaxed),
+            window_class(far + 3000)
+        );
+        assert_eq!(
+            reader.read_known(far as u32, 3000),
+            None,
+            "past the known size"
+        );
+        assert_eq!(reader.read(far as u32, 3000).unwrap(), pattern(far, 3000));
+        assert_eq!(reader.largest.load(Ordering::Relaxed), 3);
+        // The slice read through the first window still reads its bytes,
+        // and the same bytes come through the new one.
+        assert_eq!(early, first);
+        assert_eq!(reader.read(0, 1000).unwrap(), first);
+        assert_eq!(writer.read(0, 1000).unwrap(), first);
+    }
+
+    #[test]
+    fn bytes_past_the_capacity_are_in_no_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(chunk_file_name(0));
+        let chunk = open(&path, true);
+        // A sparse file longer than a chunk may be (a damaged store).
+        chunk.file.set_len(CHUNK_CAPACITY + 8192).unwrap();
+        chunk.refresh_size().unwrap();
+        assert_eq!(chunk.largest.load(Ordering::Relaxed), WINDOW_CLASSES - 1);
+        assert_eq!(
+            chunk.read((CHUNK_CAPACITY - 10) as u32, 10).unwrap(),
+            [0; 10]
+        );
+        assert_eq!(chunk.read(u32::MAX, 4096), None);
     }
 }
