@@ -117,8 +117,18 @@ class _Array(NamedTuple):
     where: int = WRITTEN
 
 
+#: Built-in dtypes' names, by dtype: `dtype.str` builds its string anew at
+#: every read, ten times slower than looking it up here.
+_NAMES: dict[np.dtype, str] = {}
+
+
 def _dtype_name(dtype: np.dtype) -> str | np.dtype:
-    return dtype.str if dtype.isbuiltin == 1 else dtype
+    name = _NAMES.get(dtype)
+    if name is None:
+        if dtype.isbuiltin != 1:
+            return dtype
+        name = _NAMES[dtype] = dtype.str
+    return name
 
 
 @functools.lru_cache(maxsize=None)
@@ -260,7 +270,7 @@ def write(arena: Arena, copies: list[tuple[np.ndarray, int]], payload: bytes) ->
     at = _aligned(copies)
     arena.reserve(at + len(payload))
     for a, offset in copies:
-        np.ndarray(a.shape, a.dtype, buffer=arena.map, offset=offset)[...] = a
+        np.ndarray(a.shape, a.dtype, arena.map, offset)[...] = a
     arena.map[at:at + len(payload)] = payload
     return at, len(payload)
 
@@ -324,7 +334,8 @@ def _array(spec: tuple[int, Any, tuple[int, ...], int], memories: dict[int, Any]
     dtype = _dtype(dtype)
     if not math.prod(shape):
         return np.empty(shape, dtype)
-    a = np.ndarray(shape, dtype, buffer=memories[where], offset=offset)
+    # Positional: keyword arguments make the call half as slow again.
+    a = np.ndarray(shape, dtype, memories[where], offset)
     return a.copy() if copy and where < _SHARED else a
 
 
