@@ -123,10 +123,12 @@ _NAMES: dict[np.dtype, str] = {}
 
 
 def _dtype_name(dtype: np.dtype) -> str | np.dtype:
+    # Checked first: a dtype with metadata equals the built-in one it
+    # extends, and would find that one's name, without the metadata.
+    if dtype.isbuiltin != 1:
+        return dtype
     name = _NAMES.get(dtype)
     if name is None:
-        if dtype.isbuiltin != 1:
-            return dtype
         name = _NAMES[dtype] = dtype.str
     return name
 

@@ -146,7 +146,8 @@ def test_processes_give_the_threads_batches_in_step_order(streams, method):
 
 def every_dtype(batch):
     """Arrays of the dtypes a built-in dtype's string names and of those it
-    does not (structured, bfloat16), empty, 0-d and not contiguous."""
+    does not (structured, bfloat16, one with metadata), empty, 0-d and not
+    contiguous."""
     y = batch["y"]
     rec = np.zeros(len(y), dtype=[("label", "<i4"), ("half", "<f2"), ("code", "S3")])
     rec["label"], rec["half"], rec["code"] = y, y / 2, [b"a%d" % (v % 10) for v in y]
@@ -155,6 +156,8 @@ def every_dtype(batch):
         "big": y.astype(">u4"), "when": y.astype("datetime64[s]"), "text": y.astype("U4"),
         "flag": y % 2 == 0, "complex": y * (1 + 2j), "empty": np.zeros((0, 3), np.float32),
         "scalar": np.float64(y.sum()) * np.ones(()), "strided": batch["x"][:, ::2, 1],
+        # After a plain int64: the two dtypes are equal, and hash the same.
+        "plain": y, "tagged": y.astype(np.dtype("<i8", metadata={"unit": "s"})),
     }
 
 
@@ -165,8 +168,8 @@ def test_every_dtype_comes_back_as_it_was_made(streams):
                 transform_workers=2) as processes:
         got = take(processes, 6)
     for w, g in zip(want, got):
-        assert {k: (v.dtype, v.shape) for k, v in w.items()} == \
-            {k: (v.dtype, v.shape) for k, v in g.items()}
+        assert {k: (v.dtype, v.dtype.metadata, v.shape) for k, v in w.items()} == \
+            {k: (v.dtype, v.dtype.metadata, v.shape) for k, v in g.items()}
         for k in w:
             assert w[k].tobytes() == g[k].tobytes(), k
 
