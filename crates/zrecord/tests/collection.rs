@@ -81,6 +81,24 @@ fn records_are_read_as_one_sequence_once_published() {
         c.locate(23),
         Err(Error::IndexOutOfRange { index: 23, .. })
     ));
+    // A batch that fails on an index past the end, after indices in three
+    // shards, leaves the next batch's shards right (each read marks the
+    // shards it meets, and must clear them whichever way it ends).
+    let stride = 310;
+    let mut dst = vec![0xAA; 4 * stride];
+    assert!(matches!(
+        c.gather(&[12, 0, 20, 23], &mut dst, stride),
+        Err(Error::IndexOutOfRange { index: 23, .. })
+    ));
+    assert_eq!(dst, vec![0xAA; 4 * stride], "a failed batch writes nothing");
+    let idxs = [20u64, 0, 12, 5, 13, 0];
+    let mut dst = vec![0xAA; idxs.len() * stride];
+    c.gather(&idxs, &mut dst, stride).unwrap();
+    for (slot, &i) in dst.chunks(stride).zip(&idxs) {
+        let record = &model[i as usize];
+        assert_eq!(&slot[..record.len()], record.as_slice(), "record {i}");
+        assert!(slot[record.len()..].iter().all(|&b| b == 0), "record {i}");
+    }
     // Publishing again with nothing new writes no generation.
     assert_eq!(w.publish().unwrap(), 1);
 }

@@ -322,25 +322,32 @@ impl Collection {
             if places.len() < self.names.len() {
                 places.resize(self.names.len(), 0);
             }
-            let mut shards = Vec::new();
+            // Each index's shard is written at `shards[read]` and kept (the
+            // count moved past it) only when it is new to this read: no
+            // branch on it, which a batch over many shards mispredicts often.
+            let mut shards = vec![0; idxs.len() + 1];
+            let mut read = 0;
             let mut which = Vec::with_capacity(idxs.len());
             let mut locals = Vec::with_capacity(idxs.len());
             let starts = self.index.starts();
             for &index in idxs {
                 if index >= len {
-                    for &s in &shards {
+                    for &s in &shards[..read] {
                         places[s] = 0;
                     }
                     return Err(self.out_of_range(index));
                 }
                 let s = self.index.shard_of(index);
-                if places[s] == 0 {
-                    shards.push(s);
-                    places[s] = shards.len() as u32;
-                }
-                which.push(places[s] - 1);
+                let place = places[s];
+                let new = place == 0;
+                shards[read] = s;
+                read += new as usize;
+                let place = if new { read as u32 } else { place };
+                places[s] = place;
+                which.push(place - 1);
                 locals.push(index - starts[s]);
             }
+            shards.truncate(read);
             for &s in &shards {
                 places[s] = 0;
             }

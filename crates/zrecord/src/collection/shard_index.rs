@@ -63,6 +63,10 @@ impl ShardIndex {
     /// The shard holding `index`, which must be below the length.
     pub(crate) fn shard_of(&self, index: u64) -> usize {
         let mut s = self.buckets[(index >> self.shift) as usize] as usize;
+        // Most buckets hold no shard's start and most others one: one step
+        // taken without a branch (which a shuffled batch mispredicts often),
+        // then a loop that seldom runs (short or empty shards).
+        s += (self.starts[s + 1] <= index) as usize;
         while self.starts[s + 1] <= index {
             s += 1;
         }
