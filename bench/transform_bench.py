@@ -336,14 +336,24 @@ def report(r, stem):
         "which Grain's documentation advises for data in memory (fewer threads fighting for "
         "the GIL). Batched after `to_iter_dataset`, as the image benchmark found it must be.",
         "",
-        "| configuration | samples/s | / ours, 1 thread | / Grain |",
-        "|---|---|---|---|",
+        "| configuration | samples/s | / ours, 1 thread | / Grain | / the cores' bound |",
+        "|---|---|---|---|---|",
     ]
+    bound = cores * 1e6 / d["features_us"]
+
+    def of_bound(name):
+        return f"{c[name]['samples_s'] / bound:.0%}" if c[name]["status"] == "ok" else "–"
+
     for name, (label, _) in MAP.items():
         lines.append(f"| {label} | {rate(name)} | {cell(ratio(name, 'map-threads-1'))} | "
-                     f"{cell(ratio(name, 'Grain'))} |")
+                     f"{cell(ratio(name, 'Grain'))} | {of_bound(name)} |")
     if grain:
         lines += ["", f"\"Grain\" is the faster of the two: {MAP[grain][0]}."]
+    lines += ["", f"The cores' bound is {cores} cores running `features` and nothing else "
+              f"({bound:,.0f} samples/s); the loader's gather, the consumer and the batches' "
+              "passage between processes share those cores. Ours with 2 processes at 1.5× "
+              "Grain would need "
+              + (f"{1.5 * c[grain]['samples_s'] / bound:.0%} of it." if grain else "Grain's rate.")]
     lines += [
         "",
         "## A transform that does nothing, on batches of at least 1 MiB",
