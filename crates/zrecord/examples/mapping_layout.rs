@@ -1,20 +1,22 @@
 //! What the memory layout of a collection costs a shuffled gather, without
 //! any of zrecord's code: the same records copied through one record table
-//! and one data file, mapped as a store maps them, against the tables and
-//! data files of SHARDS shards. Each table entry is read from its mapping,
+//! and one data file, mapped as a store maps them (roughly), against the
+//! tables and data files of SHARDS shards. Each table entry is read from its mapping,
 //! then the record it points at is copied, as a gather does. The ratio is
 //! the floor that `collection_speed`'s ratio for the same layout can reach
 //! (bench/README.md, "Sharded collections").
 //!
 //! `cargo run --release -p zrecord --example mapping_layout -- [SHARDS]
 //! [RECORDS_PER_SHARD] [RECORD_BYTES] [PREFETCH] [DATA_WINDOW]` (defaults
-//! 100, 640, 784, 0, 4294967296). Prints the median of 21 rounds' ratios
+//! 100, 640, 784, 0, 0). Prints the median of 21 rounds' ratios
 //! (SHARDS mappings / one), each round a pass over every record through
 //! each, in one shuffled order. With PREFETCH > 0 the copy loop prefetches
 //! the first KiB of the record that many places ahead, as the gather does
 //! (`ops/gather.rs`, x86-64 only); DATA_WINDOW is how long each data file's
-//! mapping is (at least the file): a store maps 4 GiB, and a smaller window
-//! puts the shards' data side by side in the address space.
+//! mapping is, at least the file: a store maps a chunk file about as long as
+//! it is (`files/chunk_file.rs`), which puts the shards' data side by side
+//! in the address space; 4294967296 (4 GiB) is how stores mapped every
+//! chunk file before.
 
 use std::fs::File;
 use std::io::Write;
@@ -23,11 +25,9 @@ use std::time::Instant;
 
 use memmap2::{Mmap, MmapOptions};
 
-/// A store maps its table file and each chunk file whole, at their largest
-/// size (`files/meta_file.rs`, `files/chunk_file.rs`): 2^24 entries of 16
-/// bytes, and 4 GiB.
+/// A store maps its table file whole (`files/meta_file.rs`): 2^24 entries
+/// of 16 bytes.
 const TABLE_WINDOW: usize = 16 << 24;
-const DATA_WINDOW: usize = 1 << 32;
 
 /// `bytes` written to `path`, mapped `window` bytes long, or as far as
 /// the last page of `bytes` if that is longer.
@@ -70,7 +70,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().unwrap());
     let (shards, per_shard, record) = (arg(0, 100), arg(1, 640), arg(2, 784));
-    let (ahead, data_window) = (arg(3, 0), arg(4, DATA_WINDOW));
+    let (ahead, data_window) = (arg(3, 0), arg(4, 0));
     let n = shards * per_shard;
     let dir = tempfile::tempdir().unwrap();
     let data: Vec<u8> = (0..n * record).map(|i| (i * 31 % 251) as u8).collect();
