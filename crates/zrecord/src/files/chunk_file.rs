@@ -13,8 +13,8 @@
 //! them may still be in use. Mapping every chunk at its full capacity (4
 //! GiB) would never need a second window, but spreads a collection's shards
 //! 4 GiB apart in the address space, and a shuffled gather over them then
-//! pays for the page walks: over 100 shards it ran at 0.68× one store, with
-//! windows at 0.74× (bench/README.md, "Sharded collections").
+//! pays for the page walks: over 100 shards it ran at 0.69× one store, with
+//! windows at 0.73× (bench/README.md, "Sharded collections").
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
