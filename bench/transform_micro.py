@@ -27,14 +27,17 @@ def identity(batch):
     return batch
 
 
+def process_cpu(pid):
+    """(user, system) CPU seconds of process `pid`, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def cpu_seconds():
     """(this process's CPU seconds, its live children's)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    children = 0.0
-    for child in multiprocessing.active_children():
-        with open(f"/proc/{child.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        children += (int(fields[11]) + int(fields[12])) / tick
+    children = sum(sum(process_cpu(child.pid)) for child in multiprocessing.active_children())
     return sum(os.times()[:2]), children
 
 

@@ -30,18 +30,10 @@ import numpy as np
 import loaderx
 from loaderx.batch_work import BatchWork
 from loaderx.transform_processes import TransformProcesses
-from transform_micro import TABLE, identity
+from transform_micro import TABLE, identity, process_cpu
 
 ROUNDS, TRIPS = 5, 5000
 HEADER = struct.Struct("<QQQQ")
-
-
-def cpu(pid):
-    """(user, system) CPU seconds of process `pid`."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def timed(trip, child):
@@ -49,11 +41,11 @@ def timed(trip, child):
     user, child system) per trip, in µs."""
     rounds = []
     for _ in range(ROUNDS):
-        parent, kid, start = os.times(), cpu(child), time.perf_counter()
+        parent, kid, start = os.times(), process_cpu(child), time.perf_counter()
         for _ in range(TRIPS):
             trip()
         wall = time.perf_counter() - start
-        parent2, kid2 = os.times(), cpu(child)
+        parent2, kid2 = os.times(), process_cpu(child)
         rounds.append([wall, parent2[0] - parent[0], parent2[1] - parent[1],
                        kid2[0] - kid[0], kid2[1] - kid[1]])
     return [statistics.median(r[i] for r in rounds) / TRIPS * 1e6 for i in range(5)]
