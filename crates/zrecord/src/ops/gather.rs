@@ -631,7 +631,7 @@ impl Store {
         // overwrite records, so each read checks again.
         let covered = |c: &ChecksumFile| c.covers(&self.meta.header());
         if checked == Checked::Yes && self.checksums.as_ref().is_some_and(covered) {
-            self.verified.insert(index);
+            self.verified.insert(index, self.len());
         }
         Ok(())
     }

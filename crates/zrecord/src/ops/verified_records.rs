@@ -15,44 +15,58 @@ use std::sync::OnceLock;
 
 use crate::format::limits::MAX_RECORDS;
 
-/// One bit per table slot, in pages of [`PAGE_RECORDS`] slots allocated on
-/// the first check of a record they cover: a handle holds 4 KiB of page
-/// pointers and 8 KiB a page its checks have touched. (One bitmap for every
-/// possible slot, 2 MiB a handle, made a collection of 10,000 small shards
-/// read with checksums hold 20 GiB.) The page pointers are boxed so that a
-/// `Store` stays small: held inline they overflowed a debug build's stack.
+/// One bit per record: for the records the store held at the first check,
+/// one bitmap made then (what a read tests, as cheaply as one bitmap
+/// allows); for records appended after it, pages of [`PAGE_RECORDS`]
+/// records made as checks reach them. (One bitmap for every possible slot,
+/// 2 MiB a handle, made a collection of 10,000 small shards read with
+/// checksums hold 20 GiB.)
+#[derive(Default)]
 pub(crate) struct VerifiedRecords {
-    pages: Box<[OnceLock<Box<Page>>; PAGES]>,
+    first: OnceLock<Box<[AtomicU64]>>,
+    /// Boxed, so that a `Store` stays small: inline, they overflowed a debug
+    /// build's stack.
+    more: OnceLock<Box<[OnceLock<Box<Page>>; PAGES]>>,
 }
 
-/// Records a page of marks covers.
+/// Records a page of marks past the first bitmap covers, and its words.
 const PAGE_RECORDS: usize = 1 << 16;
+const PAGE_WORDS: usize = PAGE_RECORDS / 64;
 const PAGES: usize = MAX_RECORDS / PAGE_RECORDS;
-type Page = [AtomicU64; PAGE_RECORDS / 64];
-
-impl Default for VerifiedRecords {
-    fn default() -> Self {
-        Self {
-            pages: Box::new([const { OnceLock::new() }; PAGES]),
-        }
-    }
-}
+type Page = [AtomicU64; PAGE_WORDS];
 
 impl VerifiedRecords {
     /// Whether record `index` was checked since the last [`forget`](Self::forget).
     pub fn contains(&self, index: u64) -> bool {
-        let (page, word, bit) = place(index);
-        self.pages[page]
+        let (word, bit) = (index as usize / 64, 1 << (index % 64));
+        if let Some(first) = self.first.get().and_then(|first| first.get(word)) {
+            return first.load(Ordering::Relaxed) & bit != 0;
+        }
+        self.more
             .get()
-            .is_some_and(|p| p[word].load(Ordering::Relaxed) & bit != 0)
+            .and_then(|more| more[word / PAGE_WORDS].get())
+            .is_some_and(|page| page[word % PAGE_WORDS].load(Ordering::Relaxed) & bit != 0)
     }
 
-    /// Marks record `index` checked.
-    pub fn insert(&self, index: u64) {
-        let (page, word, bit) = place(index);
-        let page = self.pages[page]
-            .get_or_init(|| Box::new([const { AtomicU64::new(0) }; PAGE_RECORDS / 64]));
-        page[word].fetch_or(bit, Ordering::Relaxed);
+    /// Marks record `index`, of a store of `records` records, checked.
+    pub fn insert(&self, index: u64, records: usize) {
+        let (word, bit) = (index as usize / 64, 1 << (index % 64));
+        let first = self.first.get_or_init(|| {
+            let words = records.max(index as usize + 1).div_ceil(64);
+            (0..words).map(|_| AtomicU64::new(0)).collect()
+        });
+        let mark = match first.get(word) {
+            Some(mark) => mark,
+            None => {
+                let more = self
+                    .more
+                    .get_or_init(|| Box::new([const { OnceLock::new() }; PAGES]));
+                let page = more[word / PAGE_WORDS]
+                    .get_or_init(|| Box::new([const { AtomicU64::new(0) }; PAGE_WORDS]));
+                &page[word % PAGE_WORDS]
+            }
+        };
+        mark.fetch_or(bit, Ordering::Relaxed);
     }
 
     /// Forgets every mark, for when records move (delete, compact).
@@ -61,12 +75,38 @@ impl VerifiedRecords {
     }
 }
 
-/// Record `index`'s page, word within the page, and bit within the word.
-fn place(index: u64) -> (usize, usize, u64) {
-    let index = index as usize;
-    (
-        index / PAGE_RECORDS,
-        index % PAGE_RECORDS / 64,
-        1 << (index % 64),
-    )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Marks of the records held at the first check and of those appended
+    /// after it (pages), each set alone, and all forgotten at once.
+    #[test]
+    fn marks_before_and_after_the_first_bitmap() {
+        let mut marks = VerifiedRecords::default();
+        assert!(!marks.contains(3));
+        marks.insert(3, 100);
+        let beyond = [
+            100,
+            127,
+            128,
+            PAGE_RECORDS as u64 + 5,
+            MAX_RECORDS as u64 - 1,
+        ];
+        for &i in &beyond {
+            marks.insert(i, 100);
+        }
+        let marked = |i: u64| i == 3 || beyond.contains(&i);
+        for i in (0..200).chain([PAGE_RECORDS as u64 + 4, PAGE_RECORDS as u64 + 5]) {
+            assert_eq!(marks.contains(i), marked(i), "record {i}");
+        }
+        assert!(marks.contains(MAX_RECORDS as u64 - 1));
+        assert_eq!(
+            marks.first.get().map(|f| f.len()),
+            Some(2),
+            "100 records: two words"
+        );
+        marks.forget();
+        assert!(beyond.iter().chain([&3]).all(|&i| !marks.contains(i)));
+    }
 }
