@@ -3,7 +3,8 @@ whose shards have the same names and lengths as the others'. They read and
 load as the same data written unsharded (bit-exact against the columns
 written); writers in several processes add to one table at once; a publish
 cut off between its collections leaves the table as it was, and the next
-publisher completes it; a host's view opens only its shards.
+publisher completes it; a host's view opens only its shards; a table of
+more shards than the process may hold files open loads right.
 """
 
 import json
@@ -240,3 +241,40 @@ def test_a_delete_cut_off_between_streams_is_finished_by_the_next_open(tmp_path)
             assert np.array_equal(table[name][everything], whole[name][everything])
         assert table["text"][everything] == whole["text"][everything]
     assert json.loads((tmp_path / "t" / "table.json").read_text())["delete"] is None
+
+
+# Run in a process of its own, under the low limit on open files it sets.
+_UNDER_FEW_FILES = """
+import resource, sys
+import numpy as np
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+from loaderx import DataLoader, Sampler, Table
+table = Table(sys.argv[1])
+loader = DataLoader(table, batch_size=256, mode=Sampler.Mode.SHUFFLE, seed=3)
+seen = []
+for _, batch in zip(range(12), loader):
+    want = (batch["label"][:, None] * 7 % 251).astype(np.uint8).repeat(8, axis=1)
+    assert np.array_equal(batch["image"], want)
+    seen.append(batch["label"])
+loader.close()
+print(len(np.unique(np.concatenate(seen))))
+"""
+
+
+def test_a_table_of_more_shards_than_files_allowed_loads_right(tmp_path):
+    """A table of two streams over 600 shards each, loaded shuffled by a
+    process allowed 256 open files (each open shard store holds three or
+    four): every batch right, where it used to fail with "Too many open
+    files" (each batch held all its shards open at once)."""
+    import subprocess
+    import sys
+
+    rows = 1200
+    label = np.arange(rows, dtype=np.int64)
+    image = (label[:, None] * 7 % 251).astype(np.uint8).repeat(8, axis=1)
+    Table.write(tmp_path / "t", {"label": label, "image": image}, shard_rows=2)
+    out = subprocess.run([sys.executable, "-c", _UNDER_FEW_FILES, str(tmp_path / "t")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout) == rows  # 12 batches of 256 cover every row

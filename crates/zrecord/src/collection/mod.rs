@@ -27,7 +27,7 @@ use crate::files::os::{open_files_limit, read_exact_at, sync_dir};
 use crate::format::header::{Header, HEADER_LEN};
 use crate::format::limits::MAX_RECORDS;
 use crate::ops::append::AppendOptions;
-use crate::ops::gather::{gather_records, lengths, Sources};
+use crate::ops::gather::{check_disjoint, check_records, gather_records, lengths, Sources};
 use crate::store::{Store, StoreOptions};
 use shard_index::ShardIndex;
 
@@ -48,11 +48,13 @@ thread_local! {
 }
 
 /// Shard stores a collection may always keep open (each holds a few files
-/// and mappings). Past them, it keeps more only while the process's stores
-/// of all collections stay within [`open_shard_budget`]; otherwise it lets
-/// its own oldest go (a read still using one keeps it until it ends).
-/// Reopening costs a few hundred microseconds, so a shuffled read over more
-/// shards than stay open runs at a few thousand records a second.
+/// and mappings), when the budget has room for this many in every live
+/// collection; else its share of the budget. Past them, it keeps more only
+/// while the process's stores of all collections stay within
+/// [`open_shard_budget`]; otherwise it lets its own oldest go (a read still
+/// using one keeps it until it ends). Reopening costs a few hundred
+/// microseconds, so a shuffled read over more shards than stay open runs at
+/// a few thousand records a second.
 const MIN_OPEN_SHARDS: usize = 256;
 
 /// Most shard stores the process keeps open: each maps about three files,
@@ -60,33 +62,56 @@ const MIN_OPEN_SHARDS: usize = 256;
 const MAX_OPEN_SHARDS: usize = 8192;
 
 /// Open files counted per open shard store (`meta.zr`, `checksums.zr`, a
-/// chunk file or two), and open files left to the rest of the program.
+/// chunk file or two), and open files left to the rest of the program: a
+/// quarter of the limit, at most this many.
 const FILES_PER_SHARD: u64 = 4;
 const FILES_KEPT_FREE: u64 = 1024;
 
-/// Shard stores held open by all collections of the process.
+/// Most shard stores a read opens and holds at once when its shards are not
+/// all open: past them, it reads a group of shards at a time. A batch of
+/// 256 records may meet 256 shards, and two streams' batches held all at
+/// once needed 1,536 open files, where a process is often allowed 1,024.
+const GROUP_SHARDS: usize = 16;
+
+/// Shard stores held open by all collections of the process, and the
+/// collections open.
 static OPEN_SHARD_STORES: AtomicUsize = AtomicUsize::new(0);
+static LIVE_COLLECTIONS: AtomicUsize = AtomicUsize::new(0);
 
 /// How many shard stores the process keeps open: as many as its open-file
-/// limit leaves room for (`ulimit -n`), within the bounds above. The limit
-/// is read, never raised: a library that raised it would hand the program
-/// descriptors past 1024, which `select()` cannot take.
+/// limit leaves room for (`ulimit -n`), at most [`MAX_OPEN_SHARDS`]. The
+/// limit is read, never raised: a library that raised it would hand the
+/// program descriptors past 1024, which `select()` cannot take.
 fn open_shard_budget() -> usize {
     static BUDGET: OnceLock<usize> = OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        let room = open_files_limit().map_or(0, |limit| {
-            limit.saturating_sub(FILES_KEPT_FREE) / FILES_PER_SHARD
-        });
-        usize::try_from(room)
-            .unwrap_or(MAX_OPEN_SHARDS)
-            .clamp(MIN_OPEN_SHARDS, MAX_OPEN_SHARDS)
+    *BUDGET.get_or_init(|| match open_files_limit() {
+        Some(limit) => {
+            let room = limit - (limit / 4).min(FILES_KEPT_FREE);
+            usize::try_from(room / FILES_PER_SHARD)
+                .unwrap_or(MAX_OPEN_SHARDS)
+                .clamp(1, MAX_OPEN_SHARDS)
+        }
+        // No limit to read (Windows).
+        None => MIN_OPEN_SHARDS,
     })
 }
 
 /// Whether a collection holding `own` open shard stores (at most `max_own`)
-/// lets its oldest go, when the process holds `held` against `budget`.
-fn must_let_go(own: usize, max_own: usize, held: usize, budget: usize) -> bool {
-    own > max_own || (own > MIN_OPEN_SHARDS && held > budget)
+/// lets its oldest go, when the process holds `held` against `budget` and
+/// `live` collections are open.
+fn must_let_go(own: usize, max_own: usize, held: usize, budget: usize, live: usize) -> bool {
+    let kept = MIN_OPEN_SHARDS.min(budget / live.max(1));
+    own > max_own || (own > kept && held > budget)
+}
+
+/// Whether opening a store failed for want of file descriptors.
+fn out_of_files(error: &Error) -> bool {
+    #[cfg(unix)]
+    if let Error::Io { source, .. } = error {
+        return matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+    }
+    let _ = error;
+    false
 }
 
 /// A read's indices resolved to shards: the shards it reads, each once, in
@@ -123,6 +148,7 @@ pub struct Collection {
 impl Drop for Collection {
     fn drop(&mut self) {
         OPEN_SHARD_STORES.fetch_sub(self.read_open().order.len(), Ordering::Relaxed);
+        LIVE_COLLECTIONS.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -181,6 +207,7 @@ impl Collection {
             .iter()
             .map(|name| Ok(u64::from(shard_length(&dir.join(name))?)))
             .collect::<Result<Vec<u64>>>()?;
+        LIVE_COLLECTIONS.fetch_add(1, Ordering::Relaxed);
         Ok(Collection {
             open: RwLock::new(OpenShards {
                 stores: vec![None; names.len()],
@@ -270,10 +297,17 @@ impl Collection {
         if let Some(store) = self.read_open().stores[s].clone() {
             return Ok(store);
         }
-        let store = Arc::new(Store::open_with(
-            self.dir.join(&self.names[s]),
-            &self.options,
-        )?);
+        let path = self.dir.join(&self.names[s]);
+        let store = loop {
+            match Store::open_with(&path, &self.options) {
+                // Other collections, or the program, hold more files than
+                // the budget counted on: this one lets half its stores go
+                // (those a read still uses close when it ends) and tries
+                // again, until it holds none.
+                Err(e) if out_of_files(&e) && self.let_go_half() => {}
+                opened => break Arc::new(opened?),
+            }
+        };
         let mut open = self.write_open();
         // Another thread opened it meanwhile: use that one.
         if let Some(opened) = open.stores[s].clone() {
@@ -282,7 +316,14 @@ impl Collection {
         open.stores[s] = Some(store.clone());
         open.order.push_back(s);
         let mut held = OPEN_SHARD_STORES.fetch_add(1, Ordering::Relaxed) + 1;
-        while must_let_go(open.order.len(), self.max_open, held, open_shard_budget()) {
+        let live = LIVE_COLLECTIONS.load(Ordering::Relaxed);
+        while must_let_go(
+            open.order.len(),
+            self.max_open,
+            held,
+            open_shard_budget(),
+            live,
+        ) {
             let Some(oldest) = open.order.pop_front() else {
                 break;
             };
@@ -290,6 +331,19 @@ impl Collection {
             held = OPEN_SHARD_STORES.fetch_sub(1, Ordering::Relaxed) - 1;
         }
         Ok(store)
+    }
+
+    /// Lets the older half of this collection's open stores go (one at
+    /// least); false when it holds none.
+    fn let_go_half(&self) -> bool {
+        let mut open = self.write_open();
+        let count = open.order.len().div_ceil(2);
+        for _ in 0..count {
+            let oldest = open.order.pop_front().expect("counted");
+            open.stores[oldest] = None;
+        }
+        OPEN_SHARD_STORES.fetch_sub(count, Ordering::Relaxed);
+        count > 0
     }
 
     /// The shard holding global index `index`, and the index within it.
@@ -359,48 +413,78 @@ impl Collection {
         })
     }
 
-    /// Runs `read` on the records `idxs`, every shard they are in open
-    /// until it returns. Usually all are, and the read lock keeps them so;
-    /// otherwise the read holds its own (it may read more shards than the
-    /// collection keeps open).
-    fn read_records<T>(
+    /// Runs `read` on the records `idxs`, the shards they are in open while
+    /// it runs. Usually all are, and `read` runs once on the whole batch
+    /// (`None`), under the read lock that keeps them so. Otherwise it runs
+    /// once per group of at most [`GROUP_SHARDS`] of the batch's shards, on
+    /// the records those hold (their positions in `idxs`), the group's
+    /// stores held by this read alone: a batch may read more shards than
+    /// the process can hold open.
+    fn read_groups(
         &self,
         idxs: &[u64],
-        read: impl FnOnce(&Sources<'_>) -> Result<T>,
-    ) -> Result<T> {
+        mut read: impl FnMut(&Sources<'_>, Option<&[usize]>) -> Result<()>,
+    ) -> Result<()> {
         let resolved = self.resolve(idxs)?;
-        let mut held = Vec::new();
-        let mut open = self.read_open();
-        if resolved.shards.iter().any(|&s| open.stores[s].is_none()) {
-            drop(open);
-            held = resolved
+        {
+            let open = self.read_open();
+            let stores: Option<Vec<&Store>> = resolved
                 .shards
+                .iter()
+                .map(|&s| open.stores[s].as_deref())
+                .collect();
+            if let Some(stores) = stores {
+                return read(
+                    &Sources {
+                        stores,
+                        which: Some(&resolved.which),
+                        locals: &resolved.locals,
+                    },
+                    None,
+                );
+            }
+        }
+        for first in (0..resolved.shards.len()).step_by(GROUP_SHARDS) {
+            let group = first..(first + GROUP_SHARDS).min(resolved.shards.len());
+            let held = resolved.shards[group.clone()]
                 .iter()
                 .map(|&s| self.shard(s))
                 .collect::<Result<Vec<_>>>()?;
-            open = self.read_open();
+            let at: Vec<usize> = (0..idxs.len())
+                .filter(|&k| group.contains(&(resolved.which[k] as usize)))
+                .collect();
+            let which: Vec<u32> = at
+                .iter()
+                .map(|&k| resolved.which[k] - first as u32)
+                .collect();
+            let locals: Vec<u64> = at.iter().map(|&k| resolved.locals[k]).collect();
+            let sources = Sources {
+                stores: held.iter().map(|store| &**store).collect(),
+                which: Some(&which),
+                locals: &locals,
+            };
+            read(&sources, Some(&at))?;
         }
-        let stores = resolved
-            .shards
-            .iter()
-            .enumerate()
-            .map(|(g, &s)| match held.get(g) {
-                Some(store) => &**store,
-                None => open.stores[s]
-                    .as_deref()
-                    .expect("checked open under this lock"),
-            })
-            .collect();
-        read(&Sources {
-            stores,
-            which: Some(&resolved.which),
-            locals: &resolved.locals,
-        })
+        Ok(())
     }
 
     /// The logical length of each record of `idxs`.
     pub fn lengths(&self, idxs: &[u64]) -> Result<Vec<u32>> {
-        self.read_records(idxs, lengths)
+        let mut lens = Vec::new();
+        self.read_groups(idxs, |src, at| {
+            let got = lengths(src)?;
+            match at {
+                None => lens = got,
+                Some(at) => {
+                    lens.resize(idxs.len(), 0);
+                    for (&k, len) in at.iter().zip(got) {
+                        lens[k] = len;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(lens)
     }
 
     /// Record `k` into `dst[k * stride..]`, the rest of its slot zeroed, as
@@ -471,8 +555,36 @@ impl Collection {
         dst: &mut [u8],
         exact: Option<u64>,
     ) -> Result<()> {
-        self.read_records(idxs, |src| {
-            gather_records(&self.dir, src, offsets, dst, exact, &self.cold)
+        let dst_len = dst.len() as u64;
+        let mut grouped = Vec::new();
+        self.read_groups(idxs, |src, at| match at {
+            None => gather_records(&self.dir, src, offsets, dst, exact, &self.cold),
+            // Read in groups, the batch is first checked whole, group by
+            // group, so that a bad request still writes nothing.
+            Some(at) => {
+                let sub: Vec<u64> = at.iter().map(|&k| offsets[k]).collect();
+                let (locs, _) = check_records(&self.dir, src, &sub, dst_len, exact, &self.cold)?;
+                grouped.extend(at.iter().zip(locs).map(|(&k, loc)| {
+                    let end = offsets[k] + u64::from(loc.logic_length);
+                    (offsets[k], end, idxs[k])
+                }));
+                Ok(())
+            }
+        })?;
+        if grouped.is_empty() {
+            return Ok(());
+        }
+        // Each group's destinations were checked apart; slots (`exact`)
+        // cannot overlap, others are checked together.
+        if exact.is_none() {
+            check_disjoint(&self.dir, grouped)?;
+        }
+        self.read_groups(idxs, |src, at| match at {
+            None => gather_records(&self.dir, src, offsets, dst, exact, &self.cold),
+            Some(at) => {
+                let sub: Vec<u64> = at.iter().map(|&k| offsets[k]).collect();
+                gather_records(&self.dir, src, &sub, dst, exact, &self.cold)
+            }
         })
     }
 
@@ -759,20 +871,25 @@ mod tests {
         assert_eq!(all, records.concat());
     }
 
-    /// Every collection may keep its first stores; past them, the process's
-    /// budget decides, and a collection's own bound always does.
+    /// Every collection may keep its first stores, or its share of the
+    /// budget when that is smaller; past them, the process's budget
+    /// decides, and a collection's own bound always does.
     #[test]
     fn the_budget_is_shared_but_every_collection_keeps_its_first_stores() {
         let (min, max) = (MIN_OPEN_SHARDS, MAX_OPEN_SHARDS);
         assert!(
-            !must_let_go(min, max, 10 * max, 1000),
+            !must_let_go(min, max, 10 * max, 1000, 3),
             "its first stores stay"
         );
         assert!(
-            must_let_go(min + 1, max, 1001, 1000),
+            must_let_go(min + 1, max, 1001, 1000, 3),
             "past them, the budget rules"
         );
-        assert!(!must_let_go(min + 1, max, 1000, 1000));
-        assert!(must_let_go(4, 3, 4, 1000), "its own bound always does");
+        assert!(!must_let_go(min + 1, max, 1000, 1000, 3));
+        assert!(must_let_go(4, 3, 4, 1000, 1), "its own bound always does");
+        // A budget of 96 stores and two collections: each keeps 48 of its
+        // own, so that together they stay within it.
+        assert!(!must_let_go(48, max, 200, 96, 2));
+        assert!(must_let_go(49, max, 200, 96, 2));
     }
 }

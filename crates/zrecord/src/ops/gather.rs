@@ -300,6 +300,22 @@ pub(crate) fn gather_records(
     exact: Option<u64>,
     cold: &ColdReads,
 ) -> Result<()> {
+    let (locs, total) = check_records(path, src, offsets, dst.len() as u64, exact, cold)?;
+    copy_records(src, &locs, offsets, dst, total, cold)
+}
+
+/// The checks of [`gather_records`], which write nothing: each record's
+/// entry, its length against `exact`, its destination within `dst_len`
+/// bytes and clear of the others'. Returns the entries and the batch's
+/// work.
+pub(crate) fn check_records(
+    path: &Path,
+    src: &Sources<'_>,
+    offsets: &[u64],
+    dst_len: u64,
+    exact: Option<u64>,
+    cold: &ColdReads,
+) -> Result<(Vec<RecordLoc>, u64)> {
     if src.locals.len() != offsets.len() {
         return Err(Error::InvalidArgument {
             path: path.to_path_buf(),
@@ -307,7 +323,6 @@ pub(crate) fn gather_records(
         });
     }
     let locs = src.locate(cold)?;
-    let dst_len = dst.len() as u64;
     let mut total = 0u64;
     let mut ordered = true;
     let mut prev_end = 0u64;
@@ -341,18 +356,32 @@ pub(crate) fn gather_records(
             .map(|((loc, &off), &i)| (off, off + loc.logic_length as u64, i));
         check_disjoint(path, ranges.collect())?;
     }
+    Ok((locs, total))
+}
+
+/// The copy of [`gather_records`], for the entries `locs` of a batch that
+/// [`check_records`] passed.
+fn copy_records(
+    src: &Sources<'_>,
+    locs: &[RecordLoc],
+    offsets: &[u64],
+    dst: &mut [u8],
+    total: u64,
+    cold: &ColdReads,
+) -> Result<()> {
     let raw_copy = RawCopy::for_batch(dst.len());
     let shared = SharedDst {
         ptr: dst.as_mut_ptr(),
     };
     let block = |range: Range<usize>| -> Result<()> {
-        let ready = src.ready(&locs, range.clone());
+        let ready = src.ready(locs, range.clone());
         for (r, k) in range.enumerate() {
             prefetch_ahead(&ready, r);
             let loc = locs[k];
             // SAFETY: the range lies inside `dst` and overlaps no other
-            // record's range (both checked above for this very `loc`), and
-            // `dst` is borrowed mutably for the whole call.
+            // record's range (both checked by `check_records` for this very
+            // `loc`, its only caller passing them on), and `dst` is borrowed
+            // mutably for the whole call.
             let slot = unsafe { shared.slot(offsets[k] as usize, loc.logic_length as usize) };
             src.decode(k, loc, ready[r], slot, raw_copy)?;
         }
@@ -378,7 +407,7 @@ pub(crate) fn lengths(src: &Sources<'_>) -> Result<Vec<u32>> {
 
 /// Fails when two non-empty destination ranges (`(start, end, index)`)
 /// overlap, naming their records and `path`.
-fn check_disjoint(path: &Path, mut ranges: Vec<(u64, u64, u64)>) -> Result<()> {
+pub(crate) fn check_disjoint(path: &Path, mut ranges: Vec<(u64, u64, u64)>) -> Result<()> {
     ranges.retain(|&(start, end, _)| end > start);
     ranges.sort_unstable();
     for pair in ranges.windows(2) {

@@ -1,0 +1,107 @@
+//! Collections under a low limit on open files: a process allowed few files
+//! (`ulimit -n`; 1,024 is a common default) reads collections of more
+//! shards than it can hold open, two at once as a table's streams are read,
+//! and gets every record right, never "too many open files". Each shard
+//! store holds three or four files open while it is open.
+//!
+//! Its own test binary: the limit is the whole process's.
+
+#![cfg(unix)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{noise, opts, Rng};
+use zrecord::{Codec, Collection, CollectionWriter, Error, ShardLimits, StoreOptions};
+
+const SHARDS: usize = 300;
+const PER_SHARD: u32 = 3;
+const LEN: usize = 40;
+/// Below what two collections' shards need open at once (2 × 300 × 3).
+const FILE_LIMIT: u64 = 512;
+
+fn write(dir: &Path, seed: u64) -> Vec<Vec<u8>> {
+    let mut rng = Rng(seed);
+    let records: Vec<Vec<u8>> = (0..SHARDS * PER_SHARD as usize)
+        .map(|_| noise(&mut rng, LEN))
+        .collect();
+    let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+    let limits = ShardLimits {
+        max_records: PER_SHARD,
+        max_bytes: 1 << 20,
+    };
+    let mut w = CollectionWriter::new(dir, &StoreOptions::default(), limits).unwrap();
+    w.append(&refs, &opts(Codec::Raw)).unwrap();
+    w.publish().unwrap();
+    records
+}
+
+fn lower_file_limit(to: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is valid for reads and writes of an `rlimit`.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        limit.rlim_cur = limit.rlim_cur.min(to as libc::rlim_t);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+}
+
+#[test]
+fn collections_of_more_shards_than_files_allowed_read_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = [dir.path().join("a"), dir.path().join("b")];
+    let models: Vec<Vec<Vec<u8>>> = paths
+        .iter()
+        .zip([1, 2])
+        .map(|(p, seed)| write(p, seed))
+        .collect();
+    lower_file_limit(FILE_LIMIT);
+    std::thread::scope(|scope| {
+        for (path, model) in paths.iter().zip(&models) {
+            scope.spawn(move || {
+                let c = Collection::open(path).unwrap();
+                let mut rng = Rng(path.as_os_str().len() as u64);
+                let mut dst = vec![0u8; 256 * LEN];
+                for round in 0..12 {
+                    // Random batches meet most shards; every fourth reads
+                    // the whole collection in order.
+                    let idxs: Vec<u64> = if round % 4 == 3 {
+                        (0..c.len()).collect()
+                    } else {
+                        (0..256).map(|_| rng.below(c.len())).collect()
+                    };
+                    dst.resize(idxs.len() * LEN, 0);
+                    c.gather_exact(&idxs, &mut dst, LEN).unwrap();
+                    for (k, &i) in idxs.iter().enumerate() {
+                        assert_eq!(&dst[k * LEN..(k + 1) * LEN], &model[i as usize][..]);
+                    }
+                    let lens = c.lengths(&idxs).unwrap();
+                    assert!(lens.iter().all(|&l| l as usize == LEN));
+                }
+            });
+        }
+    });
+
+    // Read in groups of shards, a bad request still writes nothing: a
+    // wrong sample length, or destinations that overlap across groups.
+    let c = Collection::open(&paths[0]).unwrap();
+    let all: Vec<u64> = (0..c.len()).collect();
+    let mut dst = vec![0xA5u8; all.len() * (LEN + 1)];
+    let err = c.gather_exact(&all, &mut dst, LEN + 1).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(dst.iter().all(|&b| b == 0xA5), "a refused gather wrote");
+    // The first and the last record share a destination; the rest do not.
+    let mut offsets: Vec<u64> = (0..all.len() as u64).map(|k| k * LEN as u64).collect();
+    offsets[all.len() - 1] = 0;
+    let err = c.gather_ragged(&all, &mut dst, &offsets).unwrap_err();
+    let last = all.len() as u64 - 1;
+    assert!(
+        matches!(err, Error::DestinationOverlap { first: 0, second, .. } if second == last),
+        "{err}"
+    );
+    assert!(dst.iter().all(|&b| b == 0xA5), "a refused gather wrote");
+}
