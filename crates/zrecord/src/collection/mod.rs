@@ -18,7 +18,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use crate::error::{io_error, Error, Result};
 use crate::exec::cold_reads::ColdReads;
@@ -73,28 +73,68 @@ const FILES_KEPT_FREE: u64 = 1024;
 /// once needed 1,536 open files, where a process is often allowed 1,024.
 const GROUP_SHARDS: usize = 16;
 
-/// Shard stores held open by all collections of the process, and the
-/// collections open.
+/// Shard stores held open by all collections of the process.
 static OPEN_SHARD_STORES: AtomicUsize = AtomicUsize::new(0);
-static LIVE_COLLECTIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// The open stores of every collection of the process (those dropped since
+/// are cleared out as collections open).
+static LIVE: Mutex<Vec<Weak<RwLock<OpenShards>>>> = Mutex::new(Vec::new());
+
+/// The collections open.
+fn live_collections() -> usize {
+    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    live.iter().filter(|open| open.strong_count() > 0).count()
+}
+
+/// Lets the older half of every collection's open stores go (one at least
+/// of each that holds any); false when none holds any.
+fn let_go_everywhere() -> bool {
+    let live: Vec<_> = LIVE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut let_go = 0;
+    for open in live.iter().filter_map(Weak::upgrade) {
+        let mut open = open.write().unwrap_or_else(|e| e.into_inner());
+        let count = open.order.len().div_ceil(2);
+        for _ in 0..count {
+            let oldest = open.order.pop_front().expect("counted");
+            open.stores[oldest] = None;
+        }
+        let_go += count;
+    }
+    OPEN_SHARD_STORES.fetch_sub(let_go, Ordering::Relaxed);
+    let_go > 0
+}
 
 /// How many shard stores the process keeps open: as many as its open-file
-/// limit leaves room for (`ulimit -n`), at most [`MAX_OPEN_SHARDS`]. The
-/// limit is read, never raised: a library that raised it would hand the
-/// program descriptors past 1024, which `select()` cannot take.
+/// limit leaves room for (`ulimit -n`), at most [`MAX_OPEN_SHARDS`], and
+/// halved each time opening a file runs out of files all the same
+/// ([`short_of_files`]). The limit is read, never raised: a library that
+/// raised it would hand the program descriptors past 1024, which `select()`
+/// cannot take.
 fn open_shard_budget() -> usize {
-    static BUDGET: OnceLock<usize> = OnceLock::new();
-    *BUDGET.get_or_init(|| match open_files_limit() {
-        Some(limit) => {
-            let room = limit - (limit / 4).min(FILES_KEPT_FREE);
-            usize::try_from(room / FILES_PER_SHARD)
-                .unwrap_or(MAX_OPEN_SHARDS)
-                .clamp(1, MAX_OPEN_SHARDS)
+    match BUDGET.load(Ordering::Relaxed) {
+        0 => {
+            let budget = match open_files_limit() {
+                Some(limit) => {
+                    let room = limit - (limit / 4).min(FILES_KEPT_FREE);
+                    usize::try_from(room / FILES_PER_SHARD)
+                        .unwrap_or(MAX_OPEN_SHARDS)
+                        .clamp(1, MAX_OPEN_SHARDS)
+                }
+                // No limit to read (Windows).
+                None => MIN_OPEN_SHARDS,
+            };
+            // A budget halved meanwhile stays halved.
+            match BUDGET.compare_exchange(0, budget, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => budget,
+                Err(halved) => halved,
+            }
         }
-        // No limit to read (Windows).
-        None => MIN_OPEN_SHARDS,
-    })
+        budget => budget,
+    }
 }
+
+/// The budget, once read (0: not yet).
+static BUDGET: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether a collection holding `own` open shard stores (at most `max_own`)
 /// lets its oldest go, when the process holds `held` against `budget` and
@@ -104,7 +144,32 @@ fn must_let_go(own: usize, max_own: usize, held: usize, budget: usize, live: usi
     own > max_own || (own > kept && held > budget)
 }
 
-/// Whether opening a store failed for want of file descriptors.
+/// Runs `f` (which opens files: a store, or the chunk files of the
+/// records a read meets) again when it runs out of files, a few times: the
+/// program holds more files than the budget counted on, so the budget is
+/// halved and every collection lets half its stores go (those a read still
+/// uses close when it ends). `f` must be one that may run again.
+fn short_of_files<T>(mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut tries = 0;
+    loop {
+        match f() {
+            Err(e) if out_of_files(&e) && tries < SHORT_OF_FILES_TRIES => {
+                tries += 1;
+                let budget = open_shard_budget();
+                BUDGET.store((budget / 2).max(1), Ordering::Relaxed);
+                if !let_go_everywhere() {
+                    return Err(e);
+                }
+            }
+            done => return done,
+        }
+    }
+}
+
+/// How many times [`short_of_files`] halves the budget for one call.
+const SHORT_OF_FILES_TRIES: u32 = 8;
+
+/// Whether opening a file failed for want of file descriptors.
 fn out_of_files(error: &Error) -> bool {
     #[cfg(unix)]
     if let Error::Io { source, .. } = error {
@@ -137,7 +202,7 @@ pub struct Collection {
     options: StoreOptions,
     /// The open shard stores. A gather holds the read lock while it reads
     /// them: one lock for a batch over any number of shards.
-    open: RwLock<OpenShards>,
+    open: Arc<RwLock<OpenShards>>,
     /// How many may be open at most, whatever the budget.
     max_open: usize,
     /// Whether gathers ask for their records ahead: batches over the
@@ -148,7 +213,6 @@ pub struct Collection {
 impl Drop for Collection {
     fn drop(&mut self) {
         OPEN_SHARD_STORES.fetch_sub(self.read_open().order.len(), Ordering::Relaxed);
-        LIVE_COLLECTIONS.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -207,12 +271,16 @@ impl Collection {
             .iter()
             .map(|name| Ok(u64::from(shard_length(&dir.join(name))?)))
             .collect::<Result<Vec<u64>>>()?;
-        LIVE_COLLECTIONS.fetch_add(1, Ordering::Relaxed);
+        let open = Arc::new(RwLock::new(OpenShards {
+            stores: vec![None; names.len()],
+            order: VecDeque::new(),
+        }));
+        let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        live.retain(|open| open.strong_count() > 0);
+        live.push(Arc::downgrade(&open));
+        drop(live);
         Ok(Collection {
-            open: RwLock::new(OpenShards {
-                stores: vec![None; names.len()],
-                order: VecDeque::new(),
-            }),
+            open,
             names,
             dir,
             generation,
@@ -294,20 +362,19 @@ impl Collection {
 
     /// Shard `s`'s store, opened now if it is not open.
     pub fn shard(&self, s: usize) -> Result<Arc<Store>> {
+        short_of_files(|| self.open_shard(s))
+    }
+
+    /// [`Collection::shard`], once: reads try again themselves, as their
+    /// chunk files may run out of files too.
+    fn open_shard(&self, s: usize) -> Result<Arc<Store>> {
         if let Some(store) = self.read_open().stores[s].clone() {
             return Ok(store);
         }
-        let path = self.dir.join(&self.names[s]);
-        let store = loop {
-            match Store::open_with(&path, &self.options) {
-                // Other collections, or the program, hold more files than
-                // the budget counted on: this one lets half its stores go
-                // (those a read still uses close when it ends) and tries
-                // again, until it holds none.
-                Err(e) if out_of_files(&e) && self.let_go_half() => {}
-                opened => break Arc::new(opened?),
-            }
-        };
+        let store = Arc::new(Store::open_with(
+            self.dir.join(&self.names[s]),
+            &self.options,
+        )?);
         let mut open = self.write_open();
         // Another thread opened it meanwhile: use that one.
         if let Some(opened) = open.stores[s].clone() {
@@ -316,7 +383,7 @@ impl Collection {
         open.stores[s] = Some(store.clone());
         open.order.push_back(s);
         let mut held = OPEN_SHARD_STORES.fetch_add(1, Ordering::Relaxed) + 1;
-        let live = LIVE_COLLECTIONS.load(Ordering::Relaxed);
+        let live = live_collections();
         while must_let_go(
             open.order.len(),
             self.max_open,
@@ -331,19 +398,6 @@ impl Collection {
             held = OPEN_SHARD_STORES.fetch_sub(1, Ordering::Relaxed) - 1;
         }
         Ok(store)
-    }
-
-    /// Lets the older half of this collection's open stores go (one at
-    /// least); false when it holds none.
-    fn let_go_half(&self) -> bool {
-        let mut open = self.write_open();
-        let count = open.order.len().div_ceil(2);
-        for _ in 0..count {
-            let oldest = open.order.pop_front().expect("counted");
-            open.stores[oldest] = None;
-        }
-        OPEN_SHARD_STORES.fetch_sub(count, Ordering::Relaxed);
-        count > 0
     }
 
     /// The shard holding global index `index`, and the index within it.
@@ -448,7 +502,7 @@ impl Collection {
             let group = first..(first + GROUP_SHARDS).min(resolved.shards.len());
             let held = resolved.shards[group.clone()]
                 .iter()
-                .map(|&s| self.shard(s))
+                .map(|&s| self.open_shard(s))
                 .collect::<Result<Vec<_>>>()?;
             let at: Vec<usize> = (0..idxs.len())
                 .filter(|&k| group.contains(&(resolved.which[k] as usize)))
@@ -470,6 +524,10 @@ impl Collection {
 
     /// The logical length of each record of `idxs`.
     pub fn lengths(&self, idxs: &[u64]) -> Result<Vec<u32>> {
+        short_of_files(|| self.lengths_once(idxs))
+    }
+
+    fn lengths_once(&self, idxs: &[u64]) -> Result<Vec<u32>> {
         let mut lens = Vec::new();
         self.read_groups(idxs, |src, at| {
             let got = lengths(src)?;
@@ -549,6 +607,16 @@ impl Collection {
     /// Record `k` into `dst[offsets[k]..]` (see [`gather_records`]): one
     /// pass over the batch, whichever shard holds each record.
     fn gather_at(
+        &self,
+        idxs: &[u64],
+        offsets: &[u64],
+        dst: &mut [u8],
+        exact: Option<u64>,
+    ) -> Result<()> {
+        short_of_files(|| self.gather_at_once(idxs, offsets, dst, exact))
+    }
+
+    fn gather_at_once(
         &self,
         idxs: &[u64],
         offsets: &[u64],
