@@ -278,3 +278,27 @@ def test_a_table_of_more_shards_than_files_allowed_loads_right(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout) == rows  # 12 batches of 256 cover every row
+
+
+def test_rows_deleted_by_another_handle_are_an_error_not_other_rows(tmp_path):
+    """A reader opened before another handle deleted rows of a shard it had
+    not opened yet gets an error naming that shard when it reads there
+    (the rows under its old numbers are gone), where it read the rows moved
+    into the holes; shards without deletes read on."""
+    from loaderx import ZrecordError
+
+    n = 12
+    Table.write(tmp_path / "t", {"label": np.arange(n), "image": np.arange(2 * n).reshape(n, 2)},
+                shard_rows=4)
+    reader = Table(tmp_path / "t")
+    assert reader["label"][0] == 0
+    writer = Table(tmp_path / "t")
+    writer.delete([5])
+    writer.close()
+    for stream in ("label", "image"):
+        with pytest.raises(ZrecordError, match="records were deleted from it since"):
+            reader[stream][4]
+    assert reader["label"][9] == 9
+    assert np.array_equal(reader["image"][9], [18, 19])
+    reader.close()
+    assert Table(tmp_path / "t")["label"][4] == 4 and Table(tmp_path / "t")["label"][5] == 7

@@ -118,6 +118,22 @@ pub enum Error {
         current: u32,
         what: String,
     },
+
+    /// A shard of a collection holds fewer records than when the collection
+    /// was opened: records were deleted from it since, while this handle
+    /// did not hold it open (a shard's store is opened at its first read,
+    /// and let go past the open-file budget), so its indices no longer mean
+    /// what the collection's do. Reading on would give other records, and a
+    /// table's streams out of step.
+    #[error(
+        "{path}: this shard held {expected} records when the collection was opened and \
+         holds {found} now (records were deleted from it since); open the collection again"
+    )]
+    ShardChanged {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+    },
 }
 
 /// Shorthand for results of store operations.

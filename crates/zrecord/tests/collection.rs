@@ -505,3 +505,47 @@ fn a_bad_shard_among_many_fails_the_batch_first_in_order_and_writes_nothing() {
     }
     assert!(dst.iter().all(|&b| b == 7), "a refused batch wrote bytes");
 }
+
+/// A shard that lost records since the collection was opened (another
+/// handle deleted them while this one did not hold the shard open) is an
+/// error naming it when a read first needs it, never other records under
+/// the old indices; one that gained records reads as before.
+#[test]
+fn a_shard_that_lost_records_since_the_opening_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let records: Vec<[u8; 8]> = (0..12u64).map(u64::to_le_bytes).collect();
+    let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
+    let mut w = writer(&path, limits(4, 1 << 20));
+    w.append(&refs, &opts(Codec::Raw)).unwrap();
+    w.publish().unwrap();
+    let names = w.shards().to_vec();
+    drop(w);
+
+    let c = Collection::open(&path).unwrap();
+    let mut dst = [0u8; 8];
+    c.gather_exact(&[0], &mut dst, 8).unwrap();
+    // Shard 1 loses its first record (its last moves into the hole);
+    // shard 2 gains one.
+    let mut shard = Store::open(path.join(&names[1])).unwrap();
+    shard.delete(&[0]).unwrap();
+    drop(shard);
+    let shard = Store::open(path.join(&names[2])).unwrap();
+    shard.append(&[b"appended"], &opts(Codec::Raw)).unwrap();
+    drop(shard);
+
+    let err = c.gather_exact(&[4], &mut dst, 8).unwrap_err();
+    assert!(
+        matches!(&err, Error::ShardChanged { path, expected: 4, found: 3 } if path.ends_with(&names[1])),
+        "{err}"
+    );
+    assert!(c.lengths(&[5]).is_err());
+    c.gather_exact(&[9], &mut dst, 8).unwrap();
+    assert_eq!(dst, records[9]);
+    assert_eq!(c.len(), 12, "a handle keeps the index of its opening");
+    // Open again, the collection reads the shards as they are.
+    let c = Collection::open(&path).unwrap();
+    assert_eq!(c.len(), 12);
+    c.gather_exact(&[4], &mut dst, 8).unwrap();
+    assert_eq!(dst, records[7]);
+}

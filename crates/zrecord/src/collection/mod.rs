@@ -371,10 +371,19 @@ impl Collection {
         if let Some(store) = self.read_open().stores[s].clone() {
             return Ok(store);
         }
-        let store = Arc::new(Store::open_with(
-            self.dir.join(&self.names[s]),
-            &self.options,
-        )?);
+        let path = self.dir.join(&self.names[s]);
+        let store = Arc::new(Store::open_with(&path, &self.options)?);
+        // Appends since the opening are past the index and harmless; a
+        // delete moved records (docs/FORMAT.md, "Collections").
+        let expected = self.index.starts()[s + 1] - self.index.starts()[s];
+        let found = store.len() as u64;
+        if found < expected {
+            return Err(Error::ShardChanged {
+                path,
+                expected,
+                found,
+            });
+        }
         let mut open = self.write_open();
         // Another thread opened it meanwhile: use that one.
         if let Some(opened) = open.stores[s].clone() {
