@@ -622,46 +622,40 @@ impl Collection {
         dst: &mut [u8],
         exact: Option<u64>,
     ) -> Result<()> {
-        short_of_files(|| self.gather_at_once(idxs, offsets, dst, exact))
-    }
-
-    fn gather_at_once(
-        &self,
-        idxs: &[u64],
-        offsets: &[u64],
-        dst: &mut [u8],
-        exact: Option<u64>,
-    ) -> Result<()> {
-        let dst_len = dst.len() as u64;
-        let mut grouped = Vec::new();
-        self.read_groups(idxs, |src, at| match at {
-            None => gather_records(&self.dir, src, offsets, dst, exact, &self.cold),
-            // Read in groups, the batch is first checked whole, group by
-            // group, so that a bad request still writes nothing.
-            Some(at) => {
-                let sub: Vec<u64> = at.iter().map(|&k| offsets[k]).collect();
-                let (locs, _) = check_records(&self.dir, src, &sub, dst_len, exact, &self.cold)?;
-                grouped.extend(at.iter().zip(locs).map(|(&k, loc)| {
-                    let end = offsets[k] + u64::from(loc.logic_length);
-                    (offsets[k], end, idxs[k])
-                }));
-                Ok(())
+        // Run again whole when it runs out of files (`short_of_files`).
+        short_of_files(|| {
+            let dst_len = dst.len() as u64;
+            let mut grouped = Vec::new();
+            self.read_groups(idxs, |src, at| match at {
+                None => gather_records(&self.dir, src, offsets, dst, exact, &self.cold),
+                // Read in groups, the batch is first checked whole, group by
+                // group, so that a bad request still writes nothing.
+                Some(at) => {
+                    let sub: Vec<u64> = at.iter().map(|&k| offsets[k]).collect();
+                    let (locs, _) =
+                        check_records(&self.dir, src, &sub, dst_len, exact, &self.cold)?;
+                    grouped.extend(at.iter().zip(locs).map(|(&k, loc)| {
+                        let end = offsets[k] + u64::from(loc.logic_length);
+                        (offsets[k], end, idxs[k])
+                    }));
+                    Ok(())
+                }
+            })?;
+            if grouped.is_empty() {
+                return Ok(());
             }
-        })?;
-        if grouped.is_empty() {
-            return Ok(());
-        }
-        // Each group's destinations were checked apart; slots (`exact`)
-        // cannot overlap, others are checked together.
-        if exact.is_none() {
-            check_disjoint(&self.dir, grouped)?;
-        }
-        self.read_groups(idxs, |src, at| match at {
-            None => gather_records(&self.dir, src, offsets, dst, exact, &self.cold),
-            Some(at) => {
-                let sub: Vec<u64> = at.iter().map(|&k| offsets[k]).collect();
-                gather_records(&self.dir, src, &sub, dst, exact, &self.cold)
+            // Each group's destinations were checked apart; slots (`exact`)
+            // cannot overlap, others are checked together.
+            if exact.is_none() {
+                check_disjoint(&self.dir, grouped)?;
             }
+            self.read_groups(idxs, |src, at| match at {
+                None => gather_records(&self.dir, src, offsets, dst, exact, &self.cold),
+                Some(at) => {
+                    let sub: Vec<u64> = at.iter().map(|&k| offsets[k]).collect();
+                    gather_records(&self.dir, src, &sub, dst, exact, &self.cold)
+                }
+            })
         })
     }
 
