@@ -47,34 +47,10 @@ use zrecord::{
     V1_MAX_RECORD_LEN,
 };
 
-/// Tracks the largest single allocation of this test binary, for
+/// Tracks the largest single allocation, for
 /// `creating_checksums_for_a_corrupt_store_allocates_no_more_than_a_record`.
-struct PeakAlloc;
-
-static PEAK_ALLOC: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged.
-unsafe impl std::alloc::GlobalAlloc for PeakAlloc {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        PEAK_ALLOC.fetch_max(layout.size(), std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on.
-        unsafe { std::alloc::System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        // SAFETY: the caller's contract is passed on.
-        unsafe { std::alloc::System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
-        PEAK_ALLOC.fetch_max(size, std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on.
-        unsafe { std::alloc::System.realloc(ptr, layout, size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: PeakAlloc = PeakAlloc;
+static GLOBAL: common::CountingAlloc = common::CountingAlloc;
 
 /// Small chunks, so the fixture spans several chunk files.
 const CAPACITY: u64 = 4096;
@@ -948,9 +924,9 @@ fn creating_checksums_for_a_corrupt_store_allocates_no_more_than_a_record() {
         .unwrap()
         .write_all_at(&(256u32 << 20).to_le_bytes(), logic_length_at)
         .unwrap();
-    let before = PEAK_ALLOC.load(std::sync::atomic::Ordering::Relaxed);
+    let before = common::LARGEST_ALLOC.load(std::sync::atomic::Ordering::Relaxed);
     let result = Store::open_with(&path, &options(true, false));
-    let peak = PEAK_ALLOC.load(std::sync::atomic::Ordering::Relaxed);
+    let peak = common::LARGEST_ALLOC.load(std::sync::atomic::Ordering::Relaxed);
     assert!(
         matches!(result, Err(Error::CorruptRecord { .. })),
         "{:?}",

@@ -2,7 +2,51 @@
 //! that gathers whole records back for comparison with a model.
 #![allow(dead_code)]
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+
 use zrecord::{AppendOptions, Codec, Error, Store, StoreOptions};
+
+/// The system allocator, counting the bytes held (`LIVE_BYTES`) and the
+/// largest single request (`LARGEST_ALLOC`); a test binary that measures
+/// memory installs it: `#[global_allocator] static GLOBAL: CountingAlloc =
+/// CountingAlloc;`.
+pub struct CountingAlloc;
+
+pub static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+pub static LARGEST_ALLOC: AtomicUsize = AtomicUsize::new(0);
+
+fn counted(grown: isize, request: usize) {
+    LIVE_BYTES.fetch_add(grown, Ordering::Relaxed);
+    LARGEST_ALLOC.fetch_max(request, Ordering::Relaxed);
+}
+
+// SAFETY: forwards every call to the system allocator unchanged.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        counted(layout.size() as isize, layout.size());
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        counted(layout.size() as isize, layout.size());
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        counted(-(layout.size() as isize), 0);
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, size: usize) -> *mut u8 {
+        counted(size as isize - layout.size() as isize, size);
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.realloc(ptr, layout, size) }
+    }
+}
 
 /// Damage sweeps over every byte of a record take every byte in release
 /// builds and every `BYTE_STEP`-th in debug ones: CI runs both, and the
