@@ -39,6 +39,17 @@ struct OpenShards {
     order: VecDeque<usize>,
 }
 
+impl OpenShards {
+    /// Lets the oldest open store go (a read still using it keeps it until
+    /// it ends); the stores the process then holds, or None when none was
+    /// open here.
+    fn let_go_oldest(&mut self) -> Option<usize> {
+        let oldest = self.order.pop_front()?;
+        self.stores[oldest] = None;
+        Some(OPEN_SHARD_STORES.fetch_sub(1, Ordering::Relaxed) - 1)
+    }
+}
+
 thread_local! {
     /// Per shard, its place among the shards of the read being resolved
     /// plus one (zero: not read by it), all zero between calls: as long as
@@ -90,18 +101,14 @@ fn live_collections() -> usize {
 /// of each that holds any); false when none holds any.
 fn let_go_everywhere() -> bool {
     let live: Vec<_> = LIVE.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let mut let_go = 0;
+    let mut let_go = false;
     for open in live.iter().filter_map(Weak::upgrade) {
         let mut open = open.write().unwrap_or_else(|e| e.into_inner());
-        let count = open.order.len().div_ceil(2);
-        for _ in 0..count {
-            let oldest = open.order.pop_front().expect("counted");
-            open.stores[oldest] = None;
+        for _ in 0..open.order.len().div_ceil(2) {
+            let_go |= open.let_go_oldest().is_some();
         }
-        let_go += count;
     }
-    OPEN_SHARD_STORES.fetch_sub(let_go, Ordering::Relaxed);
-    let_go > 0
+    let_go
 }
 
 /// How many shard stores the process keeps open: as many as its open-file
@@ -400,11 +407,10 @@ impl Collection {
             open_shard_budget(),
             live,
         ) {
-            let Some(oldest) = open.order.pop_front() else {
+            let Some(now) = open.let_go_oldest() else {
                 break;
             };
-            open.stores[oldest] = None;
-            held = OPEN_SHARD_STORES.fetch_sub(1, Ordering::Relaxed) - 1;
+            held = now;
         }
         Ok(store)
     }
@@ -642,7 +648,7 @@ impl Collection {
                 }
             })?;
             if grouped.is_empty() {
-                return Ok(());
+                return Ok(()); // read whole, all its shards open
             }
             // Each group's destinations were checked apart; slots (`exact`)
             // cannot overlap, others are checked together.
