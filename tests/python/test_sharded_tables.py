@@ -9,12 +9,14 @@ more shards than the process may hold files open loads right.
 
 import json
 import multiprocessing
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from conftest import copy_store
-from loaderx import Collection, DataLoader, RaggedDataset, Sampler, Table
+from loaderx import Collection, DataLoader, RaggedDataset, Sampler, Table, ZrecordError
 from loaderx.table_shards import ShardWriter, collections
 
 
@@ -247,7 +249,7 @@ def test_a_delete_cut_off_between_streams_is_finished_by_the_next_open(tmp_path)
 _UNDER_FEW_FILES = """
 import resource, sys
 import numpy as np
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
 from loaderx import DataLoader, Sampler, Table
 table = Table(sys.argv[1])
@@ -267,9 +269,6 @@ def test_a_table_of_more_shards_than_files_allowed_loads_right(tmp_path):
     process allowed 256 open files (each open shard store holds three or
     four): every batch right, where it used to fail with "Too many open
     files" (each batch held all its shards open at once)."""
-    import subprocess
-    import sys
-
     rows = 1200
     label = np.arange(rows, dtype=np.int64)
     image = (label[:, None] * 7 % 251).astype(np.uint8).repeat(8, axis=1)
@@ -285,8 +284,6 @@ def test_rows_deleted_by_another_handle_are_an_error_not_other_rows(tmp_path):
     not opened yet gets an error naming that shard when it reads there
     (the rows under its old numbers are gone), where it read the rows moved
     into the holes; shards without deletes read on."""
-    from loaderx import ZrecordError
-
     n = 12
     Table.write(tmp_path / "t", {"label": np.arange(n), "image": np.arange(2 * n).reshape(n, 2)},
                 shard_rows=4)
@@ -301,4 +298,5 @@ def test_rows_deleted_by_another_handle_are_an_error_not_other_rows(tmp_path):
     assert reader["label"][9] == 9
     assert np.array_equal(reader["image"][9], [18, 19])
     reader.close()
-    assert Table(tmp_path / "t")["label"][4] == 4 and Table(tmp_path / "t")["label"][5] == 7
+    with Table(tmp_path / "t") as again:
+        assert again["label"][4] == 4 and again["label"][5] == 7
