@@ -75,6 +75,15 @@ def segfault_at_label_100(batch):
     return batch
 
 
+def slow_first_step(batch):
+    """Step 0 of a sequential loader takes a second, the others no time;
+    each batch says when its transform ended (the clock all processes
+    share)."""
+    if batch["y"][0] == 0:
+        time.sleep(1)
+    return {"y": batch["y"], "ended": time.monotonic()}
+
+
 def sleep_long(batch):
     time.sleep(60)
     return batch
@@ -236,7 +245,7 @@ def test_an_interrupted_wait_for_a_process_loses_no_step(streams):
                 try:
                     batch = next(it)
                 except Interrupted:
-                    if landed[-1] == "reply":  # the wait for the process
+                    if landed[-1] == "_wait_any":  # the wait for the process
                         assert it.step == before
                     continue
                 finally:
@@ -246,7 +255,7 @@ def test_an_interrupted_wait_for_a_process_loses_no_step(streams):
         signal.signal(signal.SIGALRM, old)
     # (One that lands just after a native call returned may cost that step,
     # as it may without processes.)
-    assert landed.count("reply") >= 3, landed
+    assert landed.count("_wait_any") >= 3, landed
     assert got, landed
     for step, g in got.items():
         w = dict(want[step])
@@ -383,6 +392,18 @@ def test_a_map_runs_per_sample_and_its_results_are_stacked(streams, mode):
         with loader(streams, map=noisy, sample_rngs=True) as threads:
             for b, t in zip(batches, take(threads, 4)):
                 same(b, t)
+
+
+def test_processes_go_on_with_later_steps_while_the_consumer_waits_for_a_slow_one(streams):
+    # The consumer waits for step 0; the other process's finished steps are
+    # taken meanwhile and it gets the next batches, up to two steps in
+    # flight a process, and the batches still come in step order.
+    with loader(streams, mode=Sampler.Mode.SEQUENTIAL, transform=slow_first_step,
+                transform_mode="process", transform_workers=2) as it:
+        got = take(it, 8)
+    assert [int(b["y"][0]) for b in got] == [16 * k for k in range(8)]
+    ahead = [k for k, b in enumerate(got) if b["ended"] < got[0]["ended"]]
+    assert ahead == [1, 2, 3], ahead
 
 
 def test_a_workers_exception_is_raised_at_its_step_with_its_traceback(streams):
