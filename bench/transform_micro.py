@@ -1,10 +1,12 @@
 """One pass-through configuration, timed with the CPU it costs: what
 bench/README.md ("Transforms in processes") quotes.
 
-    bench/.venv/bin/python bench/transform_micro.py MODE BATCH [WORKERS]
+    bench/.venv/bin/python bench/transform_micro.py MODE BATCH [WORKERS] [--map]
 
 MODE is `none` (no transform), `thread` or `process` (`transform=identity`
-on WORKERS transform threads or processes, 2 by default). Reads the table
+on WORKERS transform threads or processes, 2 by default); with `--map`,
+the per-sample `map=features` of bench/transform_bench.py instead (the
+GIL-bound part of its report, which uses batches of 256). Reads the table
 that `bash bench/run.sh transforms` converts (bench/out/transform-bench);
 gathers shuffled batches of BATCH samples on 2 native workers for 1 s
 untimed, then 3 s timed, and prints samples per second and the CPU time a
@@ -18,6 +20,7 @@ import sys
 import time
 
 import loaderx
+from transform_bench import features
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "transform-bench",
                      "fashion-mnist")
@@ -42,10 +45,11 @@ def cpu_seconds():
 
 
 def main():
-    mode, size = sys.argv[1], int(sys.argv[2])
-    workers = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-    kw = {} if mode == "none" else dict(transform=identity, transform_workers=workers,
-                                        transform_mode=mode)
+    args = [a for a in sys.argv[1:] if a != "--map"]
+    mode, size = args[0], int(args[1])
+    workers = int(args[2]) if len(args) > 2 else 2
+    work = dict(map=features) if "--map" in sys.argv else dict(transform=identity)
+    kw = {} if mode == "none" else dict(transform_workers=workers, transform_mode=mode, **work)
     with loaderx.DataLoader(loaderx.Table(TABLE, read_only=True), batch_size=size,
                             num_workers=2, mode=loaderx.Sampler.Mode.SHUFFLE, **kw) as loader:
         next(loader)
@@ -59,7 +63,7 @@ def main():
             n += 1
         own2, children2 = cpu_seconds()
     total = (own2 - own + children2 - children) / n * 1e6
-    print(f"{mode:8s} batch {size}: {n * size / elapsed / 1e6:.2f} M samples/s, "
+    print(f"{mode:8s} batch {size}: {n * size / elapsed:,.0f} samples/s, "
           f"CPU {total:.0f} µs a batch (worker processes {(children2 - children) / n * 1e6:.0f})")
 
 
