@@ -24,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "target" / "release" / "examples" / "collection_speed"
 #: (shards, records per shard, record bytes); the first only opens.
-CONFIGS = [(10000, 64, 784), (16, 4000, 784), (100, 640, 784)]
+CONFIGS = [(10000, 64, 784), (16, 4000, 784), (100, 640, 784), (16, 4000, 8192),
+           (100, 640, 8192), (16, 500, 65536), (100, 80, 65536)]
 
 
 def run(shards: int, per: int, record: int) -> dict:
@@ -62,8 +63,9 @@ def main() -> None:
         "rounds of shuffled batches of 256 between the store and the collection; its ratio is "
         "the median of the rounds' ratios. Figures below are medians over the runs.",
         "",
-        "| arguments | runs | open | gather, one store | gather, collection | ratio | ratio range |",
-        "|---|---|---|---|---|---|---|",
+        "| arguments | runs | open | gather, one store | gather, collection | ratio | ratio range "
+        "| ≥ 0.9× |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key, runs in results.items():
         open_s = statistics.median(r["open_s"] for r in runs)
@@ -72,16 +74,18 @@ def main() -> None:
             ratios = [r["ratio"] for r in runs]
             lines.append(
                 f"| `{key}` | {len(runs)} | {opened} "
-                f"| {statistics.median(r['store'] for r in runs) / 1e6:.1f} M records/s "
-                f"| {statistics.median(r['collection'] for r in runs) / 1e6:.1f} M records/s "
-                f"| {statistics.median(ratios):.2f}× | {min(ratios):.2f}-{max(ratios):.2f}× |")
+                f"| {statistics.median(r['store'] for r in runs) / 1e6:.2f} M records/s "
+                f"| {statistics.median(r['collection'] for r in runs) / 1e6:.2f} M records/s "
+                f"| {statistics.median(ratios):.2f}× | {min(ratios):.2f}-{max(ratios):.2f}× "
+                f"| {'met' if statistics.median(ratios) >= 0.9 else 'not met'} |")
         else:
-            lines.append(f"| `{key}` | {len(runs)} | {opened} | – | – | – | – |")
+            lines.append(f"| `{key}` | {len(runs)} | {opened} | – | – | – | – | – |")
     load = os.getloadavg()[0]
     lines += ["", f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
-              f"(1 minute) at the end {load:.2f}. The target is a ratio of at least 0.9×; "
-              "bench/README.md, \"Sharded collections\", says where the rest goes.", ""]
+              f"(1 minute) at the end {load:.2f}. The target is a ratio of at least 0.9× (the "
+              "median of the runs); bench/README.md, \"Sharded collections\", says where the "
+              "rest goes where it is not met.", ""]
     Path(args.out + ".md").write_text("\n".join(lines), encoding="utf-8")
     Path(args.out + ".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print("\n".join(lines))
