@@ -2,18 +2,24 @@
 //! (`ulimit -n`; 1,024 is a common default) reads collections of more
 //! shards than it can hold open, two at once as a table's streams are read,
 //! and gets every record right, never "too many open files". Each shard
-//! store holds three or four files open while it is open.
+//! store holds three or four files open while it is open. And a store that
+//! runs out of files while it compacts says so, not that it is corrupt.
 //!
-//! Its own test binary: the limit is the whole process's.
+//! Its own test binary: the limit is the whole process's, and its tests
+//! take turns (`FILES`).
 
 #![cfg(unix)]
 
 mod common;
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use common::{noise, opts, Rng};
-use zrecord::{Codec, Collection, CollectionWriter, Error, ShardLimits, StoreOptions};
+use zrecord::{Codec, Collection, CollectionWriter, Error, ShardLimits, Store, StoreOptions};
+
+/// Held by each test: they change and use up the process's open files.
+static FILES: Mutex<()> = Mutex::new(());
 
 const SHARDS: usize = 300;
 const PER_SHARD: u32 = 3;
@@ -40,7 +46,9 @@ fn write(dir: &Path, seed: u64) -> Vec<Vec<u8>> {
     records
 }
 
-fn lower_file_limit(to: u64) {
+/// Sets the soft limit on open files to `to` (at most the hard limit), and
+/// returns the limit it had.
+fn set_file_limit(to: libc::rlim_t) -> libc::rlim_t {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -48,8 +56,10 @@ fn lower_file_limit(to: u64) {
     // SAFETY: `limit` is valid for reads and writes of an `rlimit`.
     unsafe {
         assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
-        limit.rlim_cur = limit.rlim_cur.min(to as libc::rlim_t);
+        let had = limit.rlim_cur;
+        limit.rlim_cur = limit.rlim_max.min(to);
         assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        had
     }
 }
 
@@ -90,6 +100,7 @@ fn read_both(paths: &[std::path::PathBuf], models: &[Vec<Vec<u8>>]) {
 
 #[test]
 fn collections_of_more_shards_than_files_allowed_read_right() {
+    let _turn = FILES.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let paths = [dir.path().join("a"), dir.path().join("b")];
     let models: Vec<Vec<Vec<u8>>> = paths
@@ -97,7 +108,7 @@ fn collections_of_more_shards_than_files_allowed_read_right() {
         .zip([1, 2])
         .map(|(p, seed)| write(p, seed))
         .collect();
-    lower_file_limit(FILE_LIMIT);
+    let had = set_file_limit(FILE_LIMIT);
     read_both(&paths, &models);
     // The program takes most of the files the budget counted on: opening a
     // shard runs out of files, and the collections let stores go instead.
@@ -125,4 +136,53 @@ fn collections_of_more_shards_than_files_allowed_read_right() {
         "{err}"
     );
     assert!(dst.iter().all(|&b| b == 0xA5), "a refused gather wrote");
+    set_file_limit(had);
+}
+
+#[test]
+fn a_compaction_short_of_files_is_an_io_error_and_the_store_stays_whole() {
+    let _turn = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        chunk_capacity: 64 << 10,
+        ..StoreOptions::default()
+    };
+    let mut rng = Rng(7);
+    let mut model: Vec<Vec<u8>> = (0..320).map(|_| noise(&mut rng, 4096)).collect();
+    {
+        let mut store = Store::open_with(dir.path(), &options).unwrap();
+        let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
+        store.append(&refs, &opts(Codec::Raw)).unwrap();
+        // Holes in the first chunk: compacting moves the records of every
+        // chunk after it, opening each.
+        let gone = [0, 3, 5];
+        store.delete(&gone).unwrap();
+        for &i in gone.iter().rev() {
+            // A delete fills each hole with the last record (FORMAT.md).
+            let last = model.pop().unwrap();
+            if (i as usize) < model.len() {
+                model[i as usize] = last;
+            }
+        }
+    }
+    // A new handle, which has opened no chunk file yet, with a few files
+    // left to it: fewer than its 20 chunks.
+    let mut store = Store::open_with(dir.path(), &options).unwrap();
+    let had = set_file_limit(open_files() + 8);
+    let err = store.compact().unwrap_err();
+    set_file_limit(had);
+    match &err {
+        Error::Io { source, .. } => assert_eq!(source.raw_os_error(), Some(libc::EMFILE), "{err}"),
+        other => panic!("running out of files is not {other}"),
+    }
+    // Nothing was lost, and the compaction finishes with files to spare.
+    let read = |store: &Store| {
+        let idxs: Vec<u64> = (0..model.len() as u64).collect();
+        let mut dst = vec![0u8; model.len() * 4096];
+        store.gather_exact(&idxs, &mut dst, 4096).unwrap();
+        dst
+    };
+    assert_eq!(read(&store), model.concat());
+    store.compact().unwrap();
+    assert_eq!(read(&store), model.concat());
 }

@@ -186,13 +186,16 @@ impl ChunkFile {
     }
 
     /// The stored bytes `offset..offset + len`, or `None` when the file is
-    /// shorter than that (a corrupt table entry or a truncated file).
-    pub fn read(&self, offset: u32, len: u32) -> Option<&[u8]> {
-        self.read_known(offset, len).or_else(|| {
-            // Another process may have grown the file since we looked.
-            self.refresh_size().ok()?;
-            self.read_known(offset, len)
-        })
+    /// shorter than that (a corrupt table entry or a truncated file). An
+    /// error when the file cannot be looked at or mapped further (out of
+    /// memory or mappings): that says nothing about the store.
+    pub fn read(&self, offset: u32, len: u32) -> Result<Option<&[u8]>> {
+        if let Some(bytes) = self.read_known(offset, len) {
+            return Ok(Some(bytes));
+        }
+        // Another process may have grown the file since we looked.
+        self.refresh_size()?;
+        Ok(self.read_known(offset, len))
     }
 
     /// [`ChunkFile::read`] within the size last looked at, without looking
@@ -453,7 +456,7 @@ mod tests {
         // Opened while the file is small: one window of the least class.
         let reader = open(&path, false);
         assert_eq!(reader.largest.load(Ordering::Relaxed), 0);
-        let early = reader.read(0, 1000).unwrap();
+        let early = reader.read(0, 1000).unwrap().unwrap();
         // Grown past several windows by another handle, and by this one.
         let far = 5 * MIN_WINDOW + 17;
         writer.write_at(far, &pattern(far, 3000)).unwrap();
@@ -466,13 +469,16 @@ mod tests {
             None,
             "past the known size"
         );
-        assert_eq!(reader.read(far as u32, 3000).unwrap(), pattern(far, 3000));
+        assert_eq!(
+            reader.read(far as u32, 3000).unwrap().unwrap(),
+            pattern(far, 3000)
+        );
         assert_eq!(reader.largest.load(Ordering::Relaxed), 3);
         // The slice read through the first window still reads its bytes,
         // and the same bytes come through the new one.
         assert_eq!(early, first);
-        assert_eq!(reader.read(0, 1000).unwrap(), first);
-        assert_eq!(writer.read(0, 1000).unwrap(), first);
+        assert_eq!(reader.read(0, 1000).unwrap().unwrap(), first);
+        assert_eq!(writer.read(0, 1000).unwrap().unwrap(), first);
     }
 
     #[test]
@@ -485,9 +491,12 @@ mod tests {
         chunk.refresh_size().unwrap();
         assert_eq!(chunk.largest.load(Ordering::Relaxed), WINDOW_CLASSES - 1);
         assert_eq!(
-            chunk.read((CHUNK_CAPACITY - 10) as u32, 10).unwrap(),
+            chunk
+                .read((CHUNK_CAPACITY - 10) as u32, 10)
+                .unwrap()
+                .unwrap(),
             [0; 10]
         );
-        assert_eq!(chunk.read(u32::MAX, 4096), None);
+        assert_eq!(chunk.read(u32::MAX, 4096).unwrap(), None);
     }
 }

@@ -742,7 +742,7 @@ impl Store {
         match &chunk {
             None => Ok(&[][..]),
             Some(chunk) => chunk
-                .read(loc.offset, loc.phys_length)
+                .read(loc.offset, loc.phys_length)?
                 .ok_or_else(|| self.past_its_chunk(index, loc, chunk)),
         }
     }
