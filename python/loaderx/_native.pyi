@@ -146,7 +146,9 @@ class Zrecord:
 @final
 class Collection:
     """The published shards of a sharded collection, read as one sequence
-    of records (docs/FORMAT.md, "Collections")."""
+    of records (docs/FORMAT.md, "Collections"). Until it is closed, deletes
+    from its shards by other handles are refused (StoreBusyError), as a
+    delete from a store is while the store is open elsewhere."""
 
     def __init__(
         self, path: str | PathLike[str], *, shards: Sequence[str] | None = None,

@@ -22,7 +22,9 @@ use crate::zrecord::{checksums_arg, codec_arg};
 ///
 /// Reads as `Zrecord` does (`lengths`, `gather`, `gather_array`,
 /// `gather_var`); a shard's store is opened the first time a read needs
-/// it. Writing is `CollectionWriter`'s.
+/// it. Writing is `CollectionWriter`'s. Until it is closed, deletes from
+/// its shards by other handles are refused (they would renumber rows under
+/// it), as a delete from a store is while the store is open elsewhere.
 #[pyclass(module = "loaderx._native", name = "Collection", frozen)]
 pub struct Collection {
     inner: Mutex<Option<Arc<Inner>>>,

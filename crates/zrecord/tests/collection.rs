@@ -506,27 +506,79 @@ fn a_bad_shard_among_many_fails_the_batch_first_in_order_and_writes_nothing() {
     assert!(dst.iter().all(|&b| b == 7), "a refused batch wrote bytes");
 }
 
-/// A shard that lost records since the collection was opened (another
-/// handle deleted them while this one did not hold the shard open) is an
-/// error naming it when a read first needs it, never other records under
+/// Records 0..12 as 8-byte numbers, published in `path` as three shards of
+/// four; the shards' names.
+fn three_shards(path: &Path) -> (Vec<[u8; 8]>, Vec<String>) {
+    let records: Vec<[u8; 8]> = (0..12u64).map(u64::to_le_bytes).collect();
+    let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
+    let mut w = writer(path, limits(4, 1 << 20));
+    w.append(&refs, &opts(Codec::Raw)).unwrap();
+    w.publish().unwrap();
+    (records, w.shards().to_vec())
+}
+
+/// A delete from a shard renumbers its rows: it waits for (or is refused
+/// by) every reader of the collection, even one that has not opened the
+/// shard's store.
+#[test]
+fn a_delete_from_a_shard_waits_for_the_collections_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let (records, names) = three_shards(&path);
+
+    // The reader has opened no shard's store: only the collection's lock
+    // keeps a delete from renumbering shard 1's rows (and appends from
+    // filling it back to the count the reader knows).
+    let reader = Collection::open(&path).unwrap();
+    let mut shard = Store::open(path.join(&names[1])).unwrap();
+    for wait in [Duration::ZERO, Duration::from_millis(50)] {
+        let err = shard.delete_within(&[0], wait).unwrap_err();
+        assert!(
+            matches!(&err, Error::Busy { path, reason } if path.ends_with("collection.lock")
+                && reason.contains("readers of the collection have it open")),
+            "{err}"
+        );
+    }
+    shard.append(&[b"appended"], &opts(Codec::Raw)).unwrap();
+    let mut dst = [0u8; 8];
+    for g in 0..12u64 {
+        reader.gather_exact(&[g], &mut dst, 8).unwrap();
+        assert_eq!(dst, records[g as usize]);
+    }
+    // A delete given a wait waits for the readers to close.
+    let deleting = std::thread::spawn(move || {
+        shard.delete_within(&[0], Duration::from_secs(30)).unwrap();
+        shard
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!deleting.is_finished(), "the delete ran under a reader");
+    drop(reader);
+    let shard = deleting.join().unwrap();
+    assert_eq!(shard.len(), 4);
+    drop(shard);
+    let reader = Collection::open(&path).unwrap();
+    reader.gather_exact(&[4], &mut dst, 8).unwrap();
+    assert_eq!(&dst, b"appended", "the last record filled the hole");
+}
+
+/// A shard that lost records since the collection was opened (a program
+/// that takes no locks deleted them while this handle did not hold the
+/// shard open) is an error naming it when a read first needs it, never other records under
 /// the old indices; one that gained records reads as before.
 #[test]
 fn a_shard_that_lost_records_since_the_opening_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c");
-    let records: Vec<[u8; 8]> = (0..12u64).map(u64::to_le_bytes).collect();
-    let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
-    let mut w = writer(&path, limits(4, 1 << 20));
-    w.append(&refs, &opts(Codec::Raw)).unwrap();
-    w.publish().unwrap();
-    let names = w.shards().to_vec();
-    drop(w);
+    let (records, names) = three_shards(&path);
 
     let c = Collection::open(&path).unwrap();
     let mut dst = [0u8; 8];
     c.gather_exact(&[0], &mut dst, 8).unwrap();
     // Shard 1 loses its first record (its last moves into the hole);
-    // shard 2 gains one.
+    // shard 2 gains one. The delete is one that no lock stops, as a program
+    // that knows nothing of collections (loaderx 0.5.0, which takes no
+    // locks) would make: the readers lock's file is gone.
+    std::fs::remove_file(path.join("collection.lock")).unwrap();
     let mut shard = Store::open(path.join(&names[1])).unwrap();
     shard.delete(&[0]).unwrap();
     drop(shard);

@@ -11,6 +11,7 @@
 //! all with one new manifest generation.
 
 pub(crate) mod manifest;
+pub(crate) mod readers_lock;
 mod shard_index;
 
 use std::collections::VecDeque;
@@ -29,6 +30,7 @@ use crate::format::limits::MAX_RECORDS;
 use crate::ops::append::AppendOptions;
 use crate::ops::gather::{check_disjoint, check_records, gather_records, lengths, Sources};
 use crate::store::{Store, StoreOptions};
+use readers_lock::{ReadersLock, READERS_LOCK_FILE};
 use shard_index::ShardIndex;
 
 /// The shard stores a collection holds open.
@@ -215,6 +217,9 @@ pub struct Collection {
     /// Whether gathers ask for their records ahead: batches over the
     /// shards are judged as wholes, as one store's are.
     pub(crate) cold: ColdReads,
+    /// Held shared while the collection is open: no shard's rows are
+    /// renumbered under it (`readers_lock.rs`).
+    _readers: Option<ReadersLock>,
 }
 
 impl Drop for Collection {
@@ -262,6 +267,9 @@ impl Collection {
         if !dir.is_dir() {
             return Err(Error::NotFound { path: dir });
         }
+        // Taken before the lengths are read: a delete that ends before it
+        // is in them, and none starts until the collection is closed.
+        let readers = ReadersLock::share(&dir)?;
         let (generation, mut names) = manifest::read(&dir)?;
         if let Some(only) = only {
             let listed: std::collections::HashSet<&String> = names.iter().collect();
@@ -298,6 +306,7 @@ impl Collection {
             },
             max_open: MAX_OPEN_SHARDS,
             cold: ColdReads::default(),
+            _readers: readers,
         })
     }
 
@@ -737,6 +746,14 @@ impl CollectionWriter {
             });
         }
         fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+        // The lock file is there before the first shard, for deletes from
+        // it to find (`readers_lock.rs`).
+        let lock_file = dir.join(READERS_LOCK_FILE);
+        fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&lock_file)
+            .map_err(io_error(&lock_file))?;
         Ok(CollectionWriter {
             dir,
             options: StoreOptions {

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::collection::readers_lock::ReadersLock;
 use crate::error::Result;
 use crate::files::delete_journal::{self, DeletePlan};
 use crate::files::lock::Deadline;
@@ -32,7 +33,11 @@ impl Store {
         if idxs.is_empty() {
             return Ok(());
         }
-        let _sole = self.lock.exclusive_within(&Deadline::after(wait))?;
+        let deadline = Deadline::after(wait);
+        // A shard's rows are renumbered only while no reader of its
+        // collection has the collection open.
+        let _no_readers = ReadersLock::for_delete(self.path(), &deadline)?;
+        let _sole = self.lock.exclusive_within(&deadline)?;
         // Records move into the holes: what was checked at an index is gone.
         self.verified.forget();
         let plan = self.plan_delete(idxs)?;

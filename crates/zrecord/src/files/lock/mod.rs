@@ -74,6 +74,22 @@ impl StoreLock {
     /// is `meta`, at `meta_path`. The store must keep `meta` open for as
     /// long as the returned lock and its guards exist.
     pub fn share(meta: &File, meta_path: &Path, dir: &Path) -> Result<StoreLock> {
+        StoreLock::share_unless(
+            meta,
+            meta_path,
+            dir,
+            "another handle is deleting or compacting it",
+        )
+    }
+
+    /// [`StoreLock::share`] of the lock on any file (`meta` at `meta_path`,
+    /// in `dir`), `busy` saying why it is refused while held exclusively.
+    pub fn share_unless(
+        meta: &File,
+        meta_path: &Path,
+        dir: &Path,
+        busy: &str,
+    ) -> Result<StoreLock> {
         let lock = StoreLock {
             sys: sys::Locks::new(meta, dir).map_err(|source| Error::Io {
                 path: dir.to_path_buf(),
@@ -81,10 +97,7 @@ impl StoreLock {
             })?,
             path: meta_path.to_path_buf(),
         };
-        lock.result(
-            lock.sys.handles().share(),
-            "another handle is deleting or compacting it",
-        )?;
+        lock.result(lock.sys.handles().share(), busy)?;
         Ok(lock)
     }
 
@@ -98,12 +111,16 @@ impl StoreLock {
     /// As [`StoreLock::exclusive`], waiting until `deadline` for the other
     /// handles to close.
     pub fn exclusive_within(&self, deadline: &Deadline) -> Result<ExclusiveUse> {
-        let handles = self.sys.handles();
-        self.taken_by(
+        self.exclusive_unless(
             deadline,
-            || handles.try_exclusive(),
             "delete and compact need the store to be open nowhere else",
-        )?;
+        )
+    }
+
+    /// [`StoreLock::exclusive_within`], `busy` saying why it is refused.
+    pub fn exclusive_unless(&self, deadline: &Deadline, busy: &str) -> Result<ExclusiveUse> {
+        let handles = self.sys.handles();
+        self.taken_by(deadline, || handles.try_exclusive(), busy)?;
         Ok(ExclusiveUse { handles })
     }
 
