@@ -561,6 +561,42 @@ fn a_delete_from_a_shard_waits_for_the_collections_readers() {
     assert_eq!(&dst, b"appended", "the last record filled the hole");
 }
 
+/// Opening a collection while a delete from one of its shards holds the
+/// readers lock (byte 0 of `collection.lock`, exclusively: FORMAT.md,
+/// "Collections") fails as busy, as opening a store does while it is
+/// deleted from; it opens once the delete is over.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_collection_does_not_open_while_a_delete_holds_its_readers_lock() {
+    use std::os::fd::AsRawFd;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    three_shards(&path);
+    let lock = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path.join("collection.lock"))
+        .unwrap();
+    // SAFETY: all zeros is a valid `flock`; the fields that matter are set.
+    let mut held: libc::flock = unsafe { std::mem::zeroed() };
+    held.l_type = libc::F_WRLCK as _;
+    held.l_whence = libc::SEEK_SET as _;
+    held.l_len = 1;
+    // SAFETY: `lock` is open for the call, which only reads `held`.
+    let rc = unsafe { libc::fcntl(lock.as_raw_fd(), libc::F_OFD_SETLK, &mut held) };
+    assert_eq!(rc, 0);
+    let Err(err) = Collection::open(&path) else {
+        panic!("a collection opened under a delete");
+    };
+    assert!(
+        matches!(&err, Error::Busy { reason, .. } if reason.contains("deleting from one of its shards")),
+        "{err}"
+    );
+    drop(lock);
+    assert_eq!(Collection::open(&path).unwrap().len(), 12);
+}
+
 /// A shard that lost records since the collection was opened (a program
 /// that takes no locks deleted them while this handle did not hold the
 /// shard open) is an error naming it when a read first needs it, never other records under
