@@ -26,6 +26,7 @@ shards without the lock and take it only to publish them
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -36,14 +37,14 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-from ._native import Zrecord
+from ._native import StoreBusyError, Zrecord, ZrecordError
 from .bytes_dataset import BytesDataset
 from .dataset import Dataset
 from .indexing import positions
 from .ragged import SHAPES, RaggedDataset
 from .schema_file import SCHEMA, read_json, sync_dir
 from .table_shards import (KINDS, ShardWriter, committed, finish_delete, plan_delete,
-                           publish)
+                           publish, shard_deletes_begun)
 from .writer_lock import writer_lock
 
 FORMAT = "loaderx-table"
@@ -255,8 +256,11 @@ class Table(Mapping[str, StreamDataset]):
         """Removes rows `rows` (ints, negative from the end) from every
         stream, keeping them aligned: the last rows move into the holes, as
         :meth:`loaderx.Dataset.delete` does. Needs every store to itself,
-        waiting up to `timeout` seconds for other handles to close; this
-        table's own handles are closed and reopened around the delete.
+        waiting up to `timeout` seconds for other handles to close, then
+        raises StoreBusyError having deleted nothing (unless a stream did its
+        part before another refused: the next handle to open the table
+        alone finishes it); this table's own handles are closed and
+        reopened around the delete.
         In a sharded table each shard deletes its own rows (its last rows
         fill its holes), in every stream alike; a handle of part of the
         table's shards (``shards=``) takes no deletes (ValueError)."""
@@ -265,16 +269,31 @@ class Table(Mapping[str, StreamDataset]):
                              "delete rows through a handle of the whole table")
         targets = np.unique(positions(rows, self.rows).reshape(-1)).tolist()
         self.close()
-        with table_lock(self.path):
-            manifest = repair(self.path, read_manifest(self.path), timeout)
-            if manifest.get("sharded"):
-                manifest["delete"] = plan_delete(self.path, manifest, targets)
-            else:
-                manifest["delete"] = {"from": manifest["length"], "rows": targets}
-            write_manifest(self.path, manifest)
-            repair(self.path, manifest, timeout)
-        self.__init__(self.path, checksums=self._checksums, read_only=self._read_only,
-                      shards=self._view)
+        reopen = dict(checksums=self._checksums, read_only=self._read_only, shards=self._view)
+        try:
+            with table_lock(self.path):
+                manifest = repair(self.path, read_manifest(self.path), timeout)
+                if manifest.get("sharded"):
+                    manifest["delete"] = plan_delete(self.path, manifest, targets)
+                else:
+                    manifest["delete"] = {"from": manifest["length"], "rows": targets}
+                write_manifest(self.path, manifest)
+                try:
+                    repair(self.path, manifest, timeout)
+                except StoreBusyError:
+                    # Refused before any store changed: the delete did not
+                    # happen, and no later handle is to finish it (nor to be
+                    # refused opening the table while it cannot).
+                    if not delete_begun(self.path, manifest):
+                        write_manifest(self.path, {**manifest, "delete": None})
+                    raise
+        except BaseException:
+            # The handle opens again if the table does: not while a delete
+            # that a stream carried out waits for the others.
+            with contextlib.suppress(ZrecordError):
+                self.__init__(self.path, **reopen)
+            raise
+        self.__init__(self.path, **reopen)
 
 
 def open_path(path: str | os.PathLike[str], **options: Any) -> Table | StreamDataset:
@@ -457,11 +476,25 @@ def repair(path: Path, manifest: dict[str, Any], timeout: float) -> dict[str, An
     return manifest
 
 
-def stream_stores(path: Path, kind: str) -> list[Zrecord]:
-    """The native stores of the stream at `path`, open for writing."""
+def delete_begun(path: Path, manifest: Mapping[str, Any]) -> bool:
+    """Whether any store has carried out its part of the recorded delete."""
+    if manifest.get("sharded"):
+        return shard_deletes_begun(path, manifest)
+    for name, kind in manifest["streams"].items():
+        for store in stream_stores(path / name, kind, read_only=True):
+            with store:
+                if len(store) != manifest["delete"]["from"]:
+                    return True
+    return False
+
+
+def stream_stores(path: Path, kind: str, read_only: bool = False) -> list[Zrecord]:
+    """The native stores of the stream at `path`, open for writing (or
+    only for reading)."""
     if kind == "ragged":
-        return [Zrecord(path, create=False), Zrecord(path / SHAPES, create=False)]
-    return [Zrecord(path, create=False)]
+        return [Zrecord(path, create=False, read_only=read_only),
+                Zrecord(path / SHAPES, create=False, read_only=read_only)]
+    return [Zrecord(path, create=False, read_only=read_only)]
 
 
 # -- streams --------------------------------------------------------------------

@@ -187,6 +187,18 @@ def plan_delete(path: Path, manifest: Mapping[str, Any], rows: Sequence[int]) ->
     }
 
 
+def shard_deletes_begun(path: Path, manifest: Mapping[str, Any]) -> bool:
+    """Whether any store of any shard the recorded delete names has
+    carried out its part."""
+    pending = manifest["delete"]
+    for collection in collections(path, manifest["streams"]):
+        for name, shard in pending["shards"].items():
+            with Zrecord(collection / name, create=False, read_only=True) as store:
+                if len(store) != shard["from"]:
+                    return True
+    return False
+
+
 def finish_delete(path: Path, manifest: Mapping[str, Any], timeout: float) -> dict[str, Any]:
     """Carries out the recorded delete in every store of every shard it
     names (a store that already holds its rows less was done before an

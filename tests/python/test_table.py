@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import loaderx
-from loaderx import BytesDataset, DataLoader, Dataset, RaggedDataset, Table
+from loaderx import BytesDataset, DataLoader, Dataset, RaggedDataset, StoreBusyError, Table
 
 
 def rows(start, n):
@@ -228,3 +228,47 @@ def test_concurrent_ragged_writers_never_misalign_values_and_shapes(tmp_path):
         assert (s == value).all() and len(s) == value % 1000 % 5 + 1, s
         seen.add(value)
     assert seen == {w * 1000 + k for w in (1, 2) for k in range(150)}
+
+
+@pytest.mark.parametrize("shard_rows", [None, 4])
+def test_a_refused_delete_changes_nothing_now_or_later(tmp_path, shard_rows):
+    """A delete refused because another handle has the table open
+    (StoreBusyError) deletes nothing: the handle stays usable, other handles
+    open the table as before, and no later handle carries the delete out."""
+    n = 12
+    kw = {} if shard_rows is None else {"shard_rows": shard_rows}
+    Table.write(tmp_path / "t", {"label": np.arange(n), "image": np.arange(2 * n).reshape(n, 2)},
+                **kw)
+    reader = Table(tmp_path / "t")
+    writer = Table(tmp_path / "t")
+    with pytest.raises(StoreBusyError):
+        writer.delete([5])
+    assert writer.rows == n and writer["label"][5] == 5
+    with Table(tmp_path / "t") as other:
+        assert other.rows == n
+    reader.close()
+    writer.close()
+    with Table(tmp_path / "t") as again:
+        assert again.rows == n
+        assert np.array_equal(again["label"][:], np.arange(n))
+        again.delete([5])
+        assert again.rows == n - 1
+
+
+def test_a_delete_refused_after_one_stream_is_finished_by_the_next_handle(tmp_path):
+    """A delete that one stream carried out before another refused it (a
+    handle had that stream's dataset open) stays recorded: the table does
+    not open while it cannot be finished, and the next handle that opens it
+    alone finishes it, the streams aligned."""
+    n = 12
+    Table.write(tmp_path / "t", {"label": np.arange(n), "image": np.arange(2 * n).reshape(n, 2)})
+    image = Dataset(tmp_path / "t" / "image")
+    writer = Table(tmp_path / "t")
+    with pytest.raises(StoreBusyError):
+        writer.delete([5])
+    with pytest.raises(StoreBusyError):
+        Table(tmp_path / "t")
+    image.close()
+    with Table(tmp_path / "t") as again:
+        assert again.rows == n - 1
+        assert again["label"][5] == 11 and np.array_equal(again["image"][5], [22, 23])
