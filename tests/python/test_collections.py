@@ -8,6 +8,8 @@ datasets do not have yet is refused clearly.
 
 import multiprocessing
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -69,6 +71,26 @@ def test_deletes_and_compaction_work_per_shard_and_keep_the_index_dense(tmp_path
         with pytest.raises(StoreBusyError):
             ds.delete([1])
     assert len(ds) == 96
+    ds.close()
+
+
+def test_a_shards_store_opened_by_any_path_waits_for_the_collections_readers(tmp_path):
+    # A shard's store opened directly, even as `.` from inside its folder,
+    # is known for a shard: its delete is refused while a reader has the
+    # collection open (it would renumber rows the reader has not read yet).
+    ds = Dataset.write(tmp_path / "d", np.arange(12, dtype=np.int64), shard_records=4)
+    assert ds[0] == 0  # the reader has opened the first shard's store only
+    shard = tmp_path / "d" / Collection(tmp_path / "d").shards[1]
+    delete = ("import loaderx\n"
+              "with loaderx.Zrecord('.', create=False) as z:\n"
+              "    try:\n"
+              "        z.delete([0])\n"
+              "    except loaderx.StoreBusyError as e:\n"
+              "        print('busy:', e)\n")
+    out = subprocess.run([sys.executable, "-c", delete], cwd=shard, capture_output=True,
+                         text=True, check=True).stdout
+    assert "busy:" in out and "readers of the collection" in out, out
+    assert np.array_equal(ds[np.arange(12)], np.arange(12))
     ds.close()
 
 
