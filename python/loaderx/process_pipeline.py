@@ -8,9 +8,10 @@ process that holds the step it delivers, and before it returns hands the
 freed process a batch again, so the processes work while the consumer
 does. While it waits, a process that finished a later step has its result
 taken and gets the next batch, so that it does not wait for the slower
-one (on a per-sample map, processes used to wait 3-5 % of the time). A thread per process, as with transform threads, would cost a
-wake-up and a GIL hand-over a batch on each side, which the measured
-pass-through of big batches could not afford (bench/README.md).
+one (on a per-sample map, processes used to wait 3-5 % of the time). A
+thread per process, as with transform threads, would cost a wake-up and a
+GIL hand-over a batch on each side, which the measured pass-through of big
+batches could not afford (bench/README.md).
 
 Batches are delivered in step order, whichever process finishes first.
 """

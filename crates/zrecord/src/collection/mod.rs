@@ -30,7 +30,7 @@ use crate::format::limits::MAX_RECORDS;
 use crate::ops::append::AppendOptions;
 use crate::ops::gather::{check_disjoint, check_records, gather_records, lengths, Sources};
 use crate::store::{Store, StoreOptions};
-use readers_lock::{ReadersLock, READERS_LOCK_FILE};
+use readers_lock::ReadersLock;
 use shard_index::ShardIndex;
 
 /// The shard stores a collection holds open.
@@ -746,14 +746,7 @@ impl CollectionWriter {
             });
         }
         fs::create_dir_all(&dir).map_err(io_error(&dir))?;
-        // The lock file is there before the first shard, for deletes from
-        // it to find (`readers_lock.rs`).
-        let lock_file = dir.join(READERS_LOCK_FILE);
-        fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&lock_file)
-            .map_err(io_error(&lock_file))?;
+        readers_lock::make_file(&dir)?;
         Ok(CollectionWriter {
             dir,
             options: StoreOptions {

@@ -20,7 +20,7 @@ use crate::error::{io_error, Error, Result};
 use crate::files::lock::{Deadline, ExclusiveUse, StoreLock};
 
 /// The file in a collection's folder whose lock readers hold.
-pub(crate) const READERS_LOCK_FILE: &str = "collection.lock";
+const READERS_LOCK_FILE: &str = "collection.lock";
 
 /// Why a delete from a shard is refused while readers hold the lock.
 const READERS_OPEN: &str = "a delete from one of its shards renumbers that shard's rows, and \
@@ -35,6 +35,18 @@ pub(crate) struct ReadersLock {
     _exclusive: Option<ExclusiveUse>,
     _lock: StoreLock,
     _file: File,
+}
+
+/// Makes the (empty) lock file of the collection in `dir` unless it is
+/// there: writers make it with the folder, for deletes to find.
+pub(crate) fn make_file(dir: &Path) -> Result<()> {
+    let path = dir.join(READERS_LOCK_FILE);
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&path)
+        .map_err(io_error(&path))?;
+    Ok(())
 }
 
 impl ReadersLock {

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::files::chunk_file::chunk_id_of;
 use crate::files::lock::Deadline;
 use crate::format::checksums::Checksum;
@@ -244,18 +244,9 @@ impl Store {
         if from.phys_length == 0 {
             return Ok(());
         }
-        // A chunk file that is missing, or too short, is a damaged store;
-        // one that cannot be opened or looked at (out of files) is not.
-        let outside = || self.corrupt(index, from, "stored bytes lie outside the chunk files");
-        let chunk = match self.chunks.get(from.chunk_id) {
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                return Err(outside())
-            }
-            chunk => chunk?,
-        };
-        let stored = chunk
-            .read(from.offset, from.phys_length)?
-            .ok_or_else(outside)?;
+        // A missing or short chunk file is a damaged store; one that cannot
+        // be opened or looked at (out of files) is an I/O error.
+        let stored = self.stored_bytes(index as u64, from)?;
         // Through a buffer: source and target may share a page of one file.
         scratch.clear();
         scratch.extend_from_slice(stored);

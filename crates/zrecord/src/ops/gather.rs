@@ -707,7 +707,7 @@ impl Store {
 
     /// The stored bytes of record `index` at `loc`; an entry that points
     /// outside the files or past the store's limits is a `CorruptRecord`.
-    fn stored_bytes(&self, index: u64, loc: RecordLoc) -> Result<&[u8]> {
+    pub(crate) fn stored_bytes(&self, index: u64, loc: RecordLoc) -> Result<&[u8]> {
         let corrupt = |reason: String| self.corrupt(index as usize, loc, &reason);
         if loc.logic_length as usize > V1_MAX_RECORD_LEN {
             // Past 1 MiB only in a format-2 store (read now: another
