@@ -449,7 +449,12 @@ impl Collection {
     /// Each index's shard and index within it, in one pass with the shards'
     /// places kept in a scratch list of the calling thread.
     fn resolve(&self, idxs: &[u64]) -> Result<Resolved> {
+        // Checked first, so that the loop below has no way out, and nothing
+        // to undo: it runs faster that way on a batch over few shards.
         let len = self.len();
+        if let Some(&index) = idxs.iter().find(|&&index| index >= len) {
+            return Err(self.out_of_range(index));
+        }
         SHARD_PLACES.with_borrow_mut(|places| {
             if places.len() < self.names.len() {
                 places.resize(self.names.len(), 0);
@@ -459,16 +464,10 @@ impl Collection {
             // branch on it, which a batch over many shards mispredicts often.
             let mut shards = vec![0; idxs.len() + 1];
             let mut read = 0;
-            let mut which = Vec::with_capacity(idxs.len());
-            let mut locals = Vec::with_capacity(idxs.len());
+            let mut which = vec![0; idxs.len()];
+            let mut locals = vec![0; idxs.len()];
             let starts = self.index.starts();
-            for &index in idxs {
-                if index >= len {
-                    for &s in &shards[..read] {
-                        places[s] = 0;
-                    }
-                    return Err(self.out_of_range(index));
-                }
+            for ((&index, which), local) in idxs.iter().zip(&mut which).zip(&mut locals) {
                 let s = self.index.shard_of(index);
                 let place = places[s];
                 let new = place == 0;
@@ -476,8 +475,8 @@ impl Collection {
                 read += new as usize;
                 let place = if new { read as u32 } else { place };
                 places[s] = place;
-                which.push(place - 1);
-                locals.push(index - starts[s]);
+                *which = place - 1;
+                *local = index - starts[s];
             }
             shards.truncate(read);
             for &s in &shards {

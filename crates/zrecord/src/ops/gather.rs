@@ -257,12 +257,16 @@ impl Sources<'_> {
     /// and whether each store's chunk files must be looked at.
     fn entries(&self) -> Result<(Vec<RecordLoc>, Vec<bool>)> {
         let polled = poll();
-        let mut looks = Vec::with_capacity(self.stores.len());
-        let mut lens = Vec::with_capacity(self.stores.len());
-        for store in &self.stores {
-            looks.push(store.check_files(&polled)?);
-            lens.push(store.meta.length());
-        }
+        let looks = (self.stores.iter())
+            .map(|store| store.check_files(&polled))
+            .collect::<Result<Vec<bool>>>()?;
+        // Read after every store's files were checked, in a loop of loads
+        // alone: over many shards, one cache miss each, which overlap.
+        let lens: Vec<u32> = self
+            .stores
+            .iter()
+            .map(|store| store.meta.length())
+            .collect();
         let mut locs = Vec::with_capacity(self.locals.len());
         let Some(which) = self.which else {
             let (store, len) = (self.stores[0], lens[0]);
