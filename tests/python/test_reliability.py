@@ -385,3 +385,48 @@ def test_damage_is_never_silent_in_a_dataset_written_with_the_defaults(tmp_path,
         keep = [i for i in range(40) if i not in (7, 9)]
         np.testing.assert_array_equal(ds[keep], data[keep])
         assert sorted(b["index"] for b in ds.verify()["bad"]) == [7, 9]
+
+
+def test_handles_opened_by_a_relative_path_keep_their_folder_after_a_chdir(tmp_path, monkeypatch):
+    # The same relative names under a/ (values 1) and b/ (values 2): after
+    # the process moves to b/, a handle opened in a/ must go on reading,
+    # pickling and deleting a/'s data, not b/'s.
+    from loaderx import RaggedDataset, Table
+
+    def make(fill):
+        Dataset.write("ds", np.full((40, 4), fill, np.uint8), codec="raw")
+        Dataset.write("sharded", np.full((40, 4), fill, np.uint8), codec="raw", shard_records=10)
+        RaggedDataset.write("ragged", [np.full(k % 5 + 1, fill, np.uint8) for k in range(40)])
+        Table.write("table", {"x": np.full(40, fill, np.int64),
+                              "y": np.full((40, 2), fill, np.float32)})
+
+    for folder, fill in (("a", 1), ("b", 2)):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        make(fill)
+    monkeypatch.chdir(tmp_path / "a")
+    handles = [Dataset("ds"), Dataset("sharded"), RaggedDataset("ragged"), Table("table")]
+    monkeypatch.chdir(tmp_path / "b")
+
+    def values(handle):
+        if isinstance(handle, Table):
+            return np.concatenate([handle["x"][:].ravel(), handle["y"][:].ravel()])
+        if isinstance(handle, RaggedDataset):
+            return np.concatenate([handle[k] for k in range(len(handle))])
+        return handle[:].ravel()
+
+    for handle in handles:
+        assert set(values(handle).tolist()) == {1}, handle
+        # What a spawned process or a Ray worker gets: it reopens by path.
+        again = pickle.loads(pickle.dumps(handle))
+        assert set(values(again).tolist()) == {1}, again
+        again.close()
+    table = handles[-1]
+    table.delete([0, 1])
+    assert table.rows == 38
+    for handle in handles:
+        handle.close()
+    for folder, rows in (("b", 40), ("a", 38)):
+        table = Table(tmp_path / folder / "table")
+        assert table.rows == rows, folder
+        table.close()

@@ -13,6 +13,7 @@ use crate::files::chunk_file::ChunkFiles;
 use crate::files::io_hook::IoHook;
 use crate::files::lock::StoreLock;
 use crate::files::meta_file::MetaFile;
+use crate::files::os::absolute_dir;
 use crate::format::checksums::Checksum;
 use crate::format::dictionary::Dictionary;
 use crate::format::header::Header;
@@ -137,9 +138,11 @@ impl Store {
         Store::open_with(dir, &StoreOptions::default())
     }
 
-    /// Opens the store in `dir` with explicit options.
+    /// Opens the store in `dir` with explicit options. A relative `dir` is
+    /// taken against the current directory now, once: the handle keeps
+    /// its folder if the process changes directory later.
     pub fn open_with(dir: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
-        let dir = dir.as_ref().to_path_buf();
+        let dir = absolute_dir(dir.as_ref())?;
         if options.chunk_capacity == 0 || options.chunk_capacity > CHUNK_CAPACITY {
             return Err(Error::InvalidArgument {
                 path: dir,

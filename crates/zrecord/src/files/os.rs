@@ -4,7 +4,7 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[cfg(unix)]
@@ -88,6 +88,21 @@ fn repeat_until(
         }
     }
     Ok(())
+}
+
+/// `dir` made absolute against the current directory of this moment. A
+/// handle opens files by path long after its open (chunk files, shards,
+/// journals): kept relative, it would open them in whatever folder the
+/// process had moved to by then, another store's if one is there under the
+/// same name. Symbolic links are kept as named, not resolved.
+pub(crate) fn absolute_dir(dir: &Path) -> Result<PathBuf> {
+    if dir.as_os_str().is_empty() {
+        return Err(Error::InvalidArgument {
+            path: dir.to_path_buf(),
+            reason: "an empty path names no folder".into(),
+        });
+    }
+    std::path::absolute(dir).map_err(io_error(dir))
 }
 
 /// Makes the creations, renames and deletions in `dir` durable: an `fsync`

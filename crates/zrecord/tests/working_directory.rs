@@ -1,0 +1,89 @@
+//! A handle opened by a relative path keeps its folder when the process
+//! changes its current directory afterwards (as `os.chdir` in a training
+//! script, or Hydra's run folders, do): the chunk files, shards and writers'
+//! stores it opens later are its own, not those of a store that happens to
+//! have the same relative name in the new directory.
+//!
+//! The current directory belongs to the whole process, so this binary holds
+//! a single test.
+
+mod common;
+
+use std::env;
+use std::path::Path;
+
+use common::{opts, small_chunks};
+use zrecord::{Codec, Collection, CollectionWriter, ShardLimits, Store, StoreOptions};
+
+/// `n` records of 4 KiB, every byte `fill`.
+fn records(n: usize, fill: u8) -> Vec<Vec<u8>> {
+    vec![vec![fill; 4096]; n]
+}
+
+fn append(store: &Store, records: &[Vec<u8>]) {
+    let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+    store.append(&refs, &opts(Codec::Raw)).unwrap();
+}
+
+/// The first byte of every record of `idxs`, read through `gather`.
+fn first_bytes(idxs: &[u64], gather: impl Fn(&[u64], &mut [u8])) -> Vec<u8> {
+    let mut dst = vec![0; idxs.len() * 4096];
+    gather(idxs, &mut dst);
+    dst.chunks(4096).map(|r| r[0]).collect()
+}
+
+/// The same relative path under `root/a` (records of 1) and `root/b`
+/// (records of 2).
+fn twin(root: &Path, name: &str, make: impl Fn(&Path, u8)) {
+    make(&root.join("a").join(name), 1);
+    make(&root.join("b").join(name), 2);
+}
+
+#[test]
+fn handles_opened_by_a_relative_path_keep_their_folder_when_the_directory_changes() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    // Chunks of 64 KiB hold 16 records: a read past the first 16 opens a
+    // chunk file the handle has not opened yet.
+    let options = small_chunks(64 << 10);
+    twin(root.path(), "store", |dir, fill| {
+        append(
+            &Store::open_with(dir, &options).unwrap(),
+            &records(40, fill),
+        );
+    });
+    twin(root.path(), "collection", |dir, fill| {
+        let limits = ShardLimits {
+            max_records: 10,
+            ..ShardLimits::default()
+        };
+        let mut writer = CollectionWriter::new(dir, &StoreOptions::default(), limits).unwrap();
+        let refs = records(40, fill);
+        let refs: Vec<&[u8]> = refs.iter().map(Vec::as_slice).collect();
+        writer.append(&refs, &opts(Codec::Raw)).unwrap();
+        writer.publish().unwrap();
+    });
+
+    env::set_current_dir(&a).unwrap();
+    let store = Store::open_with("store", &options).unwrap();
+    let collection = Collection::open("collection").unwrap();
+    let limits = ShardLimits::default();
+    let mut writer = CollectionWriter::new("collection", &StoreOptions::default(), limits).unwrap();
+    env::set_current_dir(&b).unwrap();
+
+    let all: Vec<u64> = (0..40).collect();
+    let read = first_bytes(&all, |i, dst| store.gather(i, dst, 4096).unwrap());
+    assert_eq!(read, vec![1; 40], "the store read another folder's chunks");
+    let read = first_bytes(&all, |i, dst| collection.gather(i, dst, 4096).unwrap());
+    assert_eq!(
+        read,
+        vec![1; 40],
+        "the collection read another folder's shards"
+    );
+    // The writer's new shard goes into the folder it was made for.
+    writer.append(&[&[1; 4096]], &opts(Codec::Raw)).unwrap();
+    writer.publish().unwrap();
+    env::set_current_dir(root.path()).unwrap();
+    assert_eq!(Collection::open(a.join("collection")).unwrap().len(), 41);
+    assert_eq!(Collection::open(b.join("collection")).unwrap().len(), 40);
+}
