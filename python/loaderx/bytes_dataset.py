@@ -111,7 +111,7 @@ class BytesDataset(DatasetBase):
             ValueError: schema.json is not a byte dataset schema.
             ZrecordError: the store cannot be opened.
         """
-        self.path = Path(path).absolute()
+        self.path = Path(path).resolve()
         with reading_schema(self.path, FORMAT, FORMAT_VERSION, "loaderx byte dataset") as schema:
             self.kind = schema_kind(schema["kind"])
             self.codec = schema_codec(schema.get("codec", "flate"))

@@ -91,7 +91,7 @@ class Dataset(DatasetBase):
                 (checked against record 0; every read checks its own).
             ZrecordError: the store itself cannot be opened.
         """
-        self.path = Path(path).absolute()
+        self.path = Path(path).resolve()
         with reading_schema(self.path, FORMAT, FORMAT_VERSION, "loaderx dataset") as schema:
             self.dtype = schema_dtype(schema["dtype"])
             self.shape = schema_shape(schema["shape"], self.dtype, MAX_RECORD_LEN)

@@ -135,7 +135,7 @@ class RaggedDataset(DatasetBase):
                 shapes store holds more samples than the values store.
             ZrecordError: a store cannot be opened.
         """
-        self.path = Path(path).absolute()
+        self.path = Path(path).resolve()
         with reading_schema(
             self.path,
             FORMAT,

@@ -94,7 +94,7 @@ class Table(Mapping[str, StreamDataset]):
             ValueError: table.json is malformed, or a delete was
                 interrupted and this handle may not finish it.
         """
-        self.path = Path(path).absolute()
+        self.path = Path(path).resolve()
         self._checksums = checksums
         self._read_only = read_only
         self._view = None if shards is None else [str(s) for s in shards]

@@ -430,3 +430,28 @@ def test_handles_opened_by_a_relative_path_keep_their_folder_after_a_chdir(tmp_p
         table = Table(tmp_path / folder / "table")
         assert table.rows == rows, folder
         table.close()
+
+
+def test_handles_opened_through_a_link_keep_its_target_when_it_is_pointed_elsewhere(tmp_path):
+    # A deployment's `current -> v1` swapped for `current -> v2` while a
+    # job reads through `current`: the job goes on with v1.
+    from loaderx import Table
+
+    for version, fill in (("v1", 1), ("v2", 2)):
+        Dataset.write(tmp_path / version / "ds", np.full((40, 4), fill, np.uint8), codec="raw")
+        Table.write(tmp_path / version / "table", {"x": np.full(40, fill, np.int64)},
+                    shard_rows=10)
+
+    def point(version):
+        new = tmp_path / "current.new"
+        new.symlink_to(tmp_path / version)
+        os.replace(new, tmp_path / "current")
+
+    point("v1")
+    handles = [Dataset(tmp_path / "current" / "ds"), Table(tmp_path / "current" / "table")]
+    point("v2")
+    for handle in handles:
+        for h in (handle, pickle.loads(pickle.dumps(handle))):
+            values = h["x"][:] if isinstance(h, Table) else h[:]
+            assert set(np.asarray(values).ravel().tolist()) == {1}, h
+            h.close()

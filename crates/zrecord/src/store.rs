@@ -13,7 +13,7 @@ use crate::files::chunk_file::ChunkFiles;
 use crate::files::io_hook::IoHook;
 use crate::files::lock::StoreLock;
 use crate::files::meta_file::MetaFile;
-use crate::files::os::absolute_dir;
+use crate::files::os::real_dir;
 use crate::format::checksums::Checksum;
 use crate::format::dictionary::Dictionary;
 use crate::format::header::Header;
@@ -138,11 +138,11 @@ impl Store {
         Store::open_with(dir, &StoreOptions::default())
     }
 
-    /// Opens the store in `dir` with explicit options. A relative `dir` is
-    /// taken against the current directory now, once: the handle keeps
-    /// its folder if the process changes directory later.
+    /// Opens the store in `dir` with explicit options. The handle keeps the
+    /// folder's real path as of now: it stays with that folder if the
+    /// process changes directory or a link in `dir` is pointed elsewhere.
     pub fn open_with(dir: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
-        let dir = absolute_dir(dir.as_ref())?;
+        let dir = real_dir(dir.as_ref())?;
         if options.chunk_capacity == 0 || options.chunk_capacity > CHUNK_CAPACITY {
             return Err(Error::InvalidArgument {
                 path: dir,

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use crate::error::{io_error, Error, Result};
 use crate::exec::cold_reads::ColdReads;
 use crate::files::meta_file::{validate_header, META_FILE_NAME};
-use crate::files::os::{absolute_dir, open_files_limit, read_exact_at, sync_dir};
+use crate::files::os::{open_files_limit, read_exact_at, real_dir, sync_dir};
 use crate::format::header::{Header, HEADER_LEN};
 use crate::format::limits::MAX_RECORDS;
 use crate::ops::append::AppendOptions;
@@ -263,7 +263,7 @@ impl Collection {
         options: &StoreOptions,
         only: Option<&[String]>,
     ) -> Result<Collection> {
-        let dir = absolute_dir(dir.as_ref())?;
+        let dir = real_dir(dir.as_ref())?;
         if !dir.is_dir() {
             return Err(Error::NotFound { path: dir });
         }
@@ -734,7 +734,7 @@ impl CollectionWriter {
         options: &StoreOptions,
         limits: ShardLimits,
     ) -> Result<CollectionWriter> {
-        let dir = absolute_dir(dir.as_ref())?;
+        let dir = real_dir(dir.as_ref())?;
         if limits.max_records == 0 || limits.max_records as usize > MAX_RECORDS {
             return Err(Error::InvalidArgument {
                 path: dir,

@@ -90,19 +90,27 @@ fn repeat_until(
     Ok(())
 }
 
-/// `dir` made absolute against the current directory of this moment. A
-/// handle opens files by path long after its open (chunk files, shards,
-/// journals): kept relative, it would open them in whatever folder the
-/// process had moved to by then, another store's if one is there under the
-/// same name. Symbolic links are kept as named, not resolved.
-pub(crate) fn absolute_dir(dir: &Path) -> Result<PathBuf> {
+/// `dir` as a handle keeps it: its real path (absolute, symbolic links
+/// resolved) when it exists, else absolute against the current directory
+/// of this moment (a store about to be created). A handle opens files by
+/// path long after its open (chunk files at their first read, shards,
+/// journals). A relative path would lead those opens into whatever folder
+/// the process had moved to by then, and a link into whatever it had been
+/// pointed at since (`current -> v2` swapped in for `current -> v1`): in
+/// either case into another store's files if one lies there.
+pub(crate) fn real_dir(dir: &Path) -> Result<PathBuf> {
     if dir.as_os_str().is_empty() {
         return Err(Error::InvalidArgument {
             path: dir.to_path_buf(),
             reason: "an empty path names no folder".into(),
         });
     }
-    std::path::absolute(dir).map_err(io_error(dir))
+    match fs::canonicalize(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::path::absolute(dir).map_err(io_error(dir))
+        }
+        real => real.map_err(io_error(dir)),
+    }
 }
 
 /// Makes the creations, renames and deletions in `dir` durable: an `fsync`

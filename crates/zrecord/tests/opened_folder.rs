@@ -1,15 +1,17 @@
-//! A handle opened by a relative path keeps its folder when the process
-//! changes its current directory afterwards (as `os.chdir` in a training
-//! script, or Hydra's run folders, do): the chunk files, shards and writers'
-//! stores it opens later are its own, not those of a store that happens to
-//! have the same relative name in the new directory.
+//! A handle keeps the folder it opened: when the process changes its
+//! current directory afterwards (as `os.chdir` in a training script, or
+//! Hydra's run folders, do), or a link it was opened through is pointed at
+//! another folder (`current -> v2` swapped in for `current -> v1`), the
+//! chunk files, shards and writers' stores it opens later are still its
+//! own, not those of a store that happens to lie at the same path now.
 //!
-//! The current directory belongs to the whole process, so this binary holds
-//! a single test.
+//! The current directory belongs to the whole process: only one test here
+//! changes it, and the other uses absolute paths alone.
 
 mod common;
 
 use std::env;
+use std::fs;
 use std::path::Path;
 
 use common::{opts, small_chunks};
@@ -86,4 +88,29 @@ fn handles_opened_by_a_relative_path_keep_their_folder_when_the_directory_change
     env::set_current_dir(root.path()).unwrap();
     assert_eq!(Collection::open(a.join("collection")).unwrap().len(), 41);
     assert_eq!(Collection::open(b.join("collection")).unwrap().len(), 40);
+}
+
+#[test]
+fn handles_opened_through_a_link_keep_its_target_when_the_link_is_pointed_elsewhere() {
+    let root = tempfile::tempdir().unwrap();
+    let options = small_chunks(64 << 10);
+    twin(root.path(), "store", |dir, fill| {
+        append(
+            &Store::open_with(dir, &options).unwrap(),
+            &records(40, fill),
+        );
+    });
+    let link = root.path().join("current");
+    let point = |folder: &str| {
+        // As a deployment swaps versions: a new link renamed over the old.
+        let new = root.path().join("current.new");
+        std::os::unix::fs::symlink(root.path().join(folder).join("store"), &new).unwrap();
+        fs::rename(&new, &link).unwrap();
+    };
+    point("a");
+    let store = Store::open_with(&link, &options).unwrap();
+    point("b");
+    let all: Vec<u64> = (0..40).collect();
+    let read = first_bytes(&all, |i, dst| store.gather(i, dst, 4096).unwrap());
+    assert_eq!(read, vec![1; 40], "the store read the link's new target");
 }
