@@ -1,6 +1,7 @@
 //! File operations that the operating systems offer differently: positioned
-//! reads and writes, and making a directory's entries durable; and creating
-//! a file whole, once, however many handles race to create it.
+//! reads and writes, and making a directory's entries durable; creating a
+//! file whole, once, however many handles race to create it; and the real
+//! path a handle keeps of its folder.
 
 use std::fs::{self, File};
 use std::io;
