@@ -4,7 +4,8 @@ and gathers over 16 and 100 shards against the same records in one store.
 Runs the Rust example `collection_speed` (crates/zrecord/examples; its doc
 says what one run measures: 15 rounds alternating between the store and the
 collection, shuffled batches of 256 records of 784 bytes) several times per
-configuration and writes docs/benchmarks-collections.{md,json}: per
+configuration, on 2 gathering threads and for the 784-byte records on 1 too,
+and writes docs/benchmarks-collections.{md,json}: per
 configuration the median of the runs' ratios (collection over store), their
 range, and the median rates. Needs only the Rust toolchain and Python.
 
@@ -23,14 +24,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "target" / "release" / "examples" / "collection_speed"
-#: (shards, records per shard, record bytes); the first only opens.
-CONFIGS = [(10000, 64, 784), (16, 4000, 784), (100, 640, 784), (16, 4000, 8192),
-           (100, 640, 8192), (16, 500, 65536), (100, 80, 65536)]
+#: (shards, records per shard, record bytes, gathering threads); the first
+#: only opens. Two threads is a gather's default here (the caller and a
+#: helper of the shard crew); one is how a loader's workers gather when
+#: they are as many as the cores.
+CONFIGS = [(10000, 64, 784, 2), (16, 4000, 784, 2), (100, 640, 784, 2), (16, 4000, 8192, 2),
+           (100, 640, 8192, 2), (16, 500, 65536, 2), (100, 80, 65536, 2), (16, 4000, 784, 1),
+           (100, 640, 784, 1)]
 
 
-def run(shards: int, per: int, record: int) -> dict:
+def run(shards: int, per: int, record: int, threads: int) -> dict:
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
     out = subprocess.run([str(EXAMPLE), str(shards), str(per), str(record)], check=True,
-                         capture_output=True, text=True).stdout
+                         capture_output=True, text=True, env=env).stdout
     result = {"open_s": float(re.search(r"open: median ([\d.]+) s", out).group(1))}
     one = re.search(r"gather, one store:\s+(\d+) records/s", out)
     many = re.search(r"gather, \d+ shards:\s+(\d+) records/s \(([\d.]+)x\)", out)
@@ -48,10 +54,10 @@ def main() -> None:
     subprocess.run(["cargo", "build", "--quiet", "--release", "-p", "zrecord", "--example",
                     "collection_speed"], check=True, cwd=ROOT)
     results = {}
-    for shards, per, record in CONFIGS:
+    for shards, per, record, threads in CONFIGS:
         runs = 1 if shards > 256 else args.runs
-        key = f"{shards} {per} {record}"
-        results[key] = [run(shards, per, record) for _ in range(runs)]
+        key = f"{shards} {per} {record}" + ("" if threads == 2 else f", {threads} thread")
+        results[key] = [run(shards, per, record, threads) for _ in range(runs)]
         print(key, results[key], flush=True)
 
     lines = [
@@ -61,25 +67,30 @@ def main() -> None:
         "`cargo run --release -p zrecord --example collection_speed -- SHARDS RECORDS_PER_SHARD "
         f"RECORD_BYTES` {args.runs} times per gathering configuration). Each run alternates 15 "
         "rounds of shuffled batches of 256 between the store and the collection; its ratio is "
-        "the median of the rounds' ratios. Figures below are medians over the runs.",
+        "the median of the rounds' ratios. Figures below are medians over the runs. A gather "
+        "runs on 2 threads (the caller and a helper of the shard crew) but in the rows marked "
+        "1 thread (`RAYON_NUM_THREADS=1`): how a loader's workers gather when they are as "
+        "many as the cores.",
         "",
         "| arguments | runs | open | gather, one store | gather, collection | ratio | ratio range "
         "| ≥ 0.9× |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, runs in results.items():
+        arguments, _, threads = key.partition(", ")
+        shown = f"`{arguments}`" + (f" ({threads})" if threads else "")
         open_s = statistics.median(r["open_s"] for r in runs)
         opened = f"{open_s:.3f} s" if open_s >= 0.001 else "< 0.001 s"
         if "ratio" in runs[0]:
             ratios = [r["ratio"] for r in runs]
             lines.append(
-                f"| `{key}` | {len(runs)} | {opened} "
+                f"| {shown} | {len(runs)} | {opened} "
                 f"| {statistics.median(r['store'] for r in runs) / 1e6:.2f} M records/s "
                 f"| {statistics.median(r['collection'] for r in runs) / 1e6:.2f} M records/s "
                 f"| {statistics.median(ratios):.2f}× | {min(ratios):.2f}-{max(ratios):.2f}× "
                 f"| {'met' if statistics.median(ratios) >= 0.9 else 'not met'} |")
         else:
-            lines.append(f"| `{key}` | {len(runs)} | {opened} | – | – | – | – | – |")
+            lines.append(f"| {shown} | {len(runs)} | {opened} | – | – | – | – | – |")
     load = os.getloadavg()[0]
     lines += ["", f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "

@@ -14,7 +14,8 @@
 #                                # mode also installs ray[data] into bench/.venv)
 #   bash bench/run.sh collections # only the sharded-collection benchmark (bench/collections_bench.py:
 #                                # open time of 10,000 shards, gathers over 16 and 100 shards
-#                                # against one store, records of 784 B, 8 KiB and 64 KiB;
+#                                # against one store, records of 784 B, 8 KiB and 64 KiB,
+#                                # 784 B on one gathering thread too;
 #                                # needs only cargo and python3, about 2 minutes)
 #
 # A full run and --quick end with the conversion benchmark (bench/convert.sh:
