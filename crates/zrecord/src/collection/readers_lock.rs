@@ -83,8 +83,9 @@ impl ReadersLock {
     /// lock held exclusively, waiting until `deadline` for the collection's
     /// readers (and another delete) to end; `None` for a store of its own.
     pub(crate) fn for_delete(shard: &Path, deadline: &Deadline) -> Result<Option<ReadersLock>> {
-        // Whatever path the store was opened by (`.`, a link): its real
-        // folder's.
+        // A store keeps its real path, but one its own open created keeps
+        // the path as given, made absolute (`..` and links in it kept), whose
+        // parent need not be the folder it lies in.
         let shard = shard.canonicalize().map_err(io_error(shard))?;
         let Some(dir) = shard.parent() else {
             return Ok(None);
