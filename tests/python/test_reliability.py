@@ -455,3 +455,35 @@ def test_handles_opened_through_a_link_keep_its_target_when_it_is_pointed_elsewh
             values = h["x"][:] if isinstance(h, Table) else h[:]
             assert set(np.asarray(values).ravel().tolist()) == {1}, h
             h.close()
+
+
+def test_handles_fail_rather_than_read_another_folder_renamed_into_their_place(tmp_path):
+    # A deployment that swaps versions by renames (`mv data data.old && mv
+    # data.new data`) while a job reads `data`: a handle whose chunk files
+    # or shards are not all open yet must not open the new version's in
+    # their place. Without checksums, which would call them damaged.
+    from loaderx import RaggedDataset, Table
+
+    for version, fill in (("data", 1), ("new", 2)):
+        folder = tmp_path / version
+        Dataset.write(folder / "ds", np.full((40, 4), fill, np.uint8), codec="raw",
+                      checksums=False)
+        Dataset.write(folder / "sharded", np.full((40, 4), fill, np.uint8), codec="raw",
+                      shard_records=10, checksums=False)
+        RaggedDataset.write(folder / "ragged", [np.full(k % 5 + 1, fill, np.uint8)
+                                                for k in range(40)], checksums=False)
+        Table.write(folder / "table", {"x": np.full(40, fill, np.int64)}, shard_rows=10,
+                    checksums=False)
+    data = tmp_path / "data"
+    handles = [Dataset(data / "ds"), Dataset(data / "sharded"), RaggedDataset(data / "ragged"),
+               Table(data / "table")]
+    os.rename(data, tmp_path / "old")
+    os.rename(tmp_path / "new", data)
+    reads = [lambda h: h[:], lambda h: h[:], lambda h: h[0], lambda h: h["x"][:]]
+    for handle, read in zip(handles, reads):
+        with pytest.raises(ZrecordError, match="no longer at this path") as e:
+            read(handle)
+        assert str(data) in str(e.value)
+        handle.close()
+    # Opened again, the path gives the new version.
+    assert set(Dataset(data / "ds")[:].ravel().tolist()) == {2}

@@ -134,6 +134,18 @@ pub enum Error {
         expected: u64,
         found: u64,
     },
+
+    /// The folder a handle opened no longer lies at its path: moved,
+    /// removed, or replaced by another (a rename that swapped in another
+    /// version of the data). A file the handle opened there now, a chunk
+    /// file at its first read or a shard, could be another store's, read
+    /// with this handle's table: docs/reliability.md, "Folders moved or
+    /// replaced".
+    #[error(
+        "{path}: the folder this handle opened is no longer at this path (moved, removed or \
+         replaced by another since it was opened); open it again"
+    )]
+    FolderReplaced { path: PathBuf },
 }
 
 /// Shorthand for results of store operations.

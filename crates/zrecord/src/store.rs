@@ -1,7 +1,7 @@
 //! The store: opening a directory, and the small read-only queries.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::error::{io_error, Error, Result};
@@ -10,10 +10,10 @@ use crate::exec::streaming_copy::RawCopy;
 use crate::files::change_watch::{Changes, FileWatch};
 use crate::files::checksum_file::ChecksumFile;
 use crate::files::chunk_file::ChunkFiles;
+use crate::files::folder::Folder;
 use crate::files::io_hook::IoHook;
 use crate::files::lock::StoreLock;
 use crate::files::meta_file::MetaFile;
-use crate::files::os::real_dir;
 use crate::format::checksums::Checksum;
 use crate::format::dictionary::Dictionary;
 use crate::format::header::Header;
@@ -129,7 +129,8 @@ pub struct Store {
     /// thread the child does not have: the child may read, never write
     /// (docs/reliability.md, "Forks").
     owner: u32,
-    dir: PathBuf,
+    /// The store's folder, by its real path: [`Folder`].
+    folder: Folder,
 }
 
 impl Store {
@@ -140,9 +141,12 @@ impl Store {
 
     /// Opens the store in `dir` with explicit options. The handle keeps the
     /// folder's real path as of now: it stays with that folder if the
-    /// process changes directory or a link in `dir` is pointed elsewhere.
+    /// process changes directory or a link in `dir` is pointed elsewhere,
+    /// and fails with [`Error::FolderReplaced`] rather than open a file of
+    /// another folder renamed into its place.
     pub fn open_with(dir: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
-        let dir = real_dir(dir.as_ref())?;
+        let mut folder = Folder::new(dir.as_ref())?;
+        let dir = folder.path().to_path_buf();
         if options.chunk_capacity == 0 || options.chunk_capacity > CHUNK_CAPACITY {
             return Err(Error::InvalidArgument {
                 path: dir,
@@ -171,6 +175,8 @@ impl Store {
         }
         let changes = Changes::new();
         let meta = MetaFile::open(&dir, create, options.read_only, hook.clone())?;
+        // A store created just now (its folder did not exist before).
+        folder.identify()?;
         // Shared locks need no write access (an OFD read lock or a flock on
         // a descriptor opened for reading), so a read-only handle holds the
         // use lock as any other and a delete waits for it to close.
@@ -209,7 +215,7 @@ impl Store {
         let mut watches: Vec<FileWatch> = changes.watch(meta.file()).into_iter().collect();
         watches.extend(checksums.as_ref().and_then(|c| changes.watch(c.file())));
         let mut store = Store {
-            chunks: ChunkFiles::new(&dir, read_only.is_some(), hook.clone(), changes.clone()),
+            chunks: ChunkFiles::new(&folder, read_only.is_some(), hook.clone(), changes.clone()),
             verify_reads: options.checksums != Checksums::Off,
             verified: VerifiedRecords::default(),
             dictionary: OnceLock::new(),
@@ -225,12 +231,15 @@ impl Store {
             lock,
             read_only,
             owner: std::process::id(),
-            dir,
+            folder,
         };
         let covered = |c: &ChecksumFile| c.covers(&store.meta.header());
         if options.checksums == Checksums::On && !store.checksums.as_ref().is_some_and(covered) {
             store.cover_records(options.io_hook.clone())?;
         }
+        // Its files were opened by path: all of them in the folder that was
+        // identified, unless another was renamed into its place meanwhile.
+        store.folder.check()?;
         Ok(store)
     }
 
@@ -304,7 +313,7 @@ impl Store {
         if let Some(dict) = self.dictionary.get() {
             return Ok(Some(dict));
         }
-        let loaded = crate::files::dictionary_file::load(&self.dir)?;
+        let loaded = (self.folder).checked(crate::files::dictionary_file::load(self.path()))?;
         Ok(loaded.map(|d| self.dictionary.get_or_init(|| d)))
     }
 
@@ -321,7 +330,14 @@ impl Store {
 
     /// The store's directory.
     pub fn path(&self) -> &Path {
-        &self.dir
+        self.folder.path()
+    }
+
+    /// Fails with [`Error::FolderReplaced`] when the store's folder is no
+    /// longer at its path: before a call that writes or deletes files in it
+    /// by their paths (a delete, a compaction).
+    pub(crate) fn check_folder(&self) -> Result<()> {
+        self.folder.check()
     }
 
     /// Whether this handle only reads: opened with
@@ -339,7 +355,7 @@ impl Store {
         match self.read_only {
             None => Ok(()),
             Some(why) => Err(Error::ReadOnly {
-                path: self.dir.clone(),
+                path: self.path().to_path_buf(),
                 reason: format!("cannot {what}: {why}"),
             }),
         }
@@ -353,7 +369,7 @@ impl Store {
             return Ok(());
         }
         Err(Error::ForkedHandle {
-            path: self.dir.clone(),
+            path: self.path().to_path_buf(),
             owner: self.owner,
             current,
             what: what.to_string(),
@@ -392,7 +408,7 @@ impl Store {
     /// with one length and be decoded with another.
     pub(crate) fn out_of_range(&self, index: u64, len: u32) -> Error {
         Error::IndexOutOfRange {
-            path: self.dir.clone(),
+            path: self.path().to_path_buf(),
             index,
             len,
         }
@@ -400,7 +416,7 @@ impl Store {
 
     pub(crate) fn invalid(&self, reason: impl Into<String>) -> Error {
         Error::InvalidArgument {
-            path: self.dir.clone(),
+            path: self.path().to_path_buf(),
             reason: reason.into(),
         }
     }

@@ -4,9 +4,11 @@
 //! another folder (`current -> v2` swapped in for `current -> v1`), the
 //! chunk files, shards and writers' stores it opens later are still its
 //! own, not those of a store that happens to lie at the same path now.
+//! When its folder is renamed away and another renamed into its place, it
+//! fails rather than open the other folder's files.
 //!
 //! The current directory belongs to the whole process: only one test here
-//! changes it, and the other uses absolute paths alone.
+//! changes it, and the others use absolute paths alone.
 
 mod common;
 
@@ -15,7 +17,7 @@ use std::fs;
 use std::path::Path;
 
 use common::{opts, small_chunks};
-use zrecord::{Codec, Collection, CollectionWriter, ShardLimits, Store, StoreOptions};
+use zrecord::{Checksums, Codec, Collection, CollectionWriter, ShardLimits, Store, StoreOptions};
 
 /// `n` records of 4 KiB, every byte `fill`.
 fn records(n: usize, fill: u8) -> Vec<Vec<u8>> {
@@ -41,6 +43,29 @@ fn twin(root: &Path, name: &str, make: impl Fn(&Path, u8)) {
     make(&root.join("b").join(name), 2);
 }
 
+/// Under `root/a` (records of 1) and `root/b` (records of 2), with
+/// `options`: a store of 40 records ("store") and a collection of four
+/// shards of 10 named alike in both ("collection").
+fn twins(root: &Path, options: &StoreOptions) {
+    twin(root, "store", |dir, fill| {
+        append(&Store::open_with(dir, options).unwrap(), &records(40, fill));
+    });
+    twin(root, "collection", |dir, fill| {
+        let limits = ShardLimits {
+            max_records: 10,
+            ..ShardLimits::default()
+        };
+        let mut writer = CollectionWriter::new(dir, options, limits)
+            .unwrap()
+            .with_prefix("s")
+            .unwrap();
+        let refs = records(40, fill);
+        let refs: Vec<&[u8]> = refs.iter().map(Vec::as_slice).collect();
+        writer.append(&refs, &opts(Codec::Raw)).unwrap();
+        writer.publish().unwrap();
+    });
+}
+
 #[test]
 fn handles_opened_by_a_relative_path_keep_their_folder_when_the_directory_changes() {
     let root = tempfile::tempdir().unwrap();
@@ -48,23 +73,7 @@ fn handles_opened_by_a_relative_path_keep_their_folder_when_the_directory_change
     // Chunks of 64 KiB hold 16 records: a read past the first 16 opens a
     // chunk file the handle has not opened yet.
     let options = small_chunks(64 << 10);
-    twin(root.path(), "store", |dir, fill| {
-        append(
-            &Store::open_with(dir, &options).unwrap(),
-            &records(40, fill),
-        );
-    });
-    twin(root.path(), "collection", |dir, fill| {
-        let limits = ShardLimits {
-            max_records: 10,
-            ..ShardLimits::default()
-        };
-        let mut writer = CollectionWriter::new(dir, &StoreOptions::default(), limits).unwrap();
-        let refs = records(40, fill);
-        let refs: Vec<&[u8]> = refs.iter().map(Vec::as_slice).collect();
-        writer.append(&refs, &opts(Codec::Raw)).unwrap();
-        writer.publish().unwrap();
-    });
+    twins(root.path(), &options);
 
     env::set_current_dir(&a).unwrap();
     let store = Store::open_with("store", &options).unwrap();
@@ -94,12 +103,7 @@ fn handles_opened_by_a_relative_path_keep_their_folder_when_the_directory_change
 fn handles_opened_through_a_link_keep_its_target_when_the_link_is_pointed_elsewhere() {
     let root = tempfile::tempdir().unwrap();
     let options = small_chunks(64 << 10);
-    twin(root.path(), "store", |dir, fill| {
-        append(
-            &Store::open_with(dir, &options).unwrap(),
-            &records(40, fill),
-        );
-    });
+    twins(root.path(), &options);
     let link = root.path().join("current");
     let point = |folder: &str| {
         // As a deployment swaps versions: a new link renamed over the old.
@@ -113,4 +117,60 @@ fn handles_opened_through_a_link_keep_its_target_when_the_link_is_pointed_elsewh
     let all: Vec<u64> = (0..40).collect();
     let read = first_bytes(&all, |i, dst| store.gather(i, dst, 4096).unwrap());
     assert_eq!(read, vec![1; 40], "the store read the link's new target");
+}
+
+/// Whether `result` is the error of a handle whose folder was renamed away.
+fn replaced<T: std::fmt::Debug>(result: zrecord::Result<T>) -> bool {
+    matches!(result, Err(zrecord::Error::FolderReplaced { .. }))
+}
+
+#[test]
+fn handles_fail_rather_than_read_another_folder_renamed_into_their_place() {
+    let root = tempfile::tempdir().unwrap();
+    // Without checksums, which would report the other folder's records as
+    // damaged, and with shards named alike: nothing but the check keeps
+    // the handles from reading the other folder's records as their own.
+    let options = StoreOptions {
+        checksums: Checksums::Off,
+        ..small_chunks(64 << 10)
+    };
+    twins(root.path(), &options);
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    let store = Store::open_with(a.join("store"), &options).unwrap();
+    let first: Vec<u64> = (0..16).collect();
+    let read = first_bytes(&first, |i, dst| store.gather(i, dst, 4096).unwrap());
+    assert_eq!(read, vec![1; 16]);
+    let collection = Collection::open_with(a.join("collection"), &options).unwrap();
+    let limits = ShardLimits::default();
+    let mut writer = CollectionWriter::new(a.join("collection"), &options, limits).unwrap();
+
+    // As a deployment swaps in a new version: the old folders renamed
+    // away, the new ones renamed into their place.
+    fs::rename(&a, root.path().join("old")).unwrap();
+    fs::rename(&b, &a).unwrap();
+
+    // The chunk the store opened before is still its own.
+    let read = first_bytes(&first, |i, dst| store.gather(i, dst, 4096).unwrap());
+    assert_eq!(read, vec![1; 16]);
+    let all: Vec<u64> = (0..40).collect();
+    let mut dst = vec![0; 40 * 4096];
+    assert!(
+        replaced(store.gather(&all, &mut dst, 4096)),
+        "the store opened a chunk file of the folder renamed into its place"
+    );
+    assert!(
+        replaced(collection.gather(&all, &mut dst, 4096)),
+        "the collection opened shards of the folder renamed into its place"
+    );
+    assert!(
+        replaced(writer.append(&[&[1; 4096]], &opts(Codec::Raw))),
+        "the writer made a shard in the folder renamed into its place"
+    );
+    assert_eq!(Collection::open(a.join("collection")).unwrap().len(), 40);
+
+    // Moved away, with nothing in its place: the same error, not a missing
+    // chunk file.
+    let store = Store::open_with(a.join("store"), &options).unwrap();
+    fs::rename(&a, root.path().join("gone")).unwrap();
+    assert!(replaced(store.gather(&all, &mut dst, 4096)));
 }

@@ -17,14 +17,15 @@ mod shard_index;
 use std::collections::VecDeque;
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use crate::error::{io_error, Error, Result};
 use crate::exec::cold_reads::ColdReads;
+use crate::files::folder::Folder;
 use crate::files::meta_file::{validate_header, META_FILE_NAME};
-use crate::files::os::{open_files_limit, read_exact_at, real_dir, sync_dir};
+use crate::files::os::{open_files_limit, read_exact_at, sync_dir};
 use crate::format::header::{Header, HEADER_LEN};
 use crate::format::limits::MAX_RECORDS;
 use crate::ops::append::AppendOptions;
@@ -202,7 +203,8 @@ struct Resolved {
 /// sequence of records: global index `g` is record `g - starts[s]` of the
 /// shard `s` whose range holds it.
 pub struct Collection {
-    dir: PathBuf,
+    /// The collection's folder, by its real path: `files/folder.rs`.
+    folder: Folder,
     generation: u64,
     /// The published shards' names.
     names: Vec<String>,
@@ -263,7 +265,8 @@ impl Collection {
         options: &StoreOptions,
         only: Option<&[String]>,
     ) -> Result<Collection> {
-        let dir = real_dir(dir.as_ref())?;
+        let folder = Folder::new(dir.as_ref())?;
+        let dir = folder.path().to_path_buf();
         if !dir.is_dir() {
             return Err(Error::NotFound { path: dir });
         }
@@ -286,6 +289,9 @@ impl Collection {
             .iter()
             .map(|name| Ok(u64::from(shard_length(&dir.join(name))?)))
             .collect::<Result<Vec<u64>>>()?;
+        // The manifest and the lengths were read by path: all in the folder
+        // that was identified, unless another was renamed into its place.
+        folder.check()?;
         let open = Arc::new(RwLock::new(OpenShards {
             stores: vec![None; names.len()],
             order: VecDeque::new(),
@@ -297,7 +303,7 @@ impl Collection {
         Ok(Collection {
             open,
             names,
-            dir,
+            folder,
             generation,
             index: ShardIndex::new(lengths),
             options: StoreOptions {
@@ -341,7 +347,7 @@ impl Collection {
     }
 
     pub fn path(&self) -> &Path {
-        &self.dir
+        self.folder.path()
     }
 
     /// The manifest generation this handle reads (0: nothing published).
@@ -387,8 +393,13 @@ impl Collection {
         if let Some(store) = self.read_open().stores[s].clone() {
             return Ok(store);
         }
-        let path = self.dir.join(&self.names[s]);
-        let store = Arc::new(Store::open_with(&path, &self.options)?);
+        let path = self.folder.path().join(&self.names[s]);
+        // A shard of another collection renamed into this one's place would
+        // be read with this one's index.
+        let store = Arc::new(
+            self.folder
+                .checked(Store::open_with(&path, &self.options))?,
+        );
         // Appends since the opening are past the index and harmless; a
         // delete moved records (docs/FORMAT.md, "Collections").
         let expected = self.index.starts()[s + 1] - self.index.starts()[s];
@@ -440,7 +451,7 @@ impl Collection {
 
     fn out_of_range(&self, index: u64) -> Error {
         Error::IndexOutOfRange {
-            path: self.dir.clone(),
+            path: self.path().to_path_buf(),
             index,
             len: u32::try_from(self.len()).unwrap_or(u32::MAX),
         }
@@ -574,7 +585,7 @@ impl Collection {
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
         let lens = self.lengths(idxs)?;
         let too_small = |index: u64, needed: u64, available: u64| Error::BufferTooSmall {
-            path: self.dir.clone(),
+            path: self.path().to_path_buf(),
             index,
             needed,
             available,
@@ -616,7 +627,7 @@ impl Collection {
     ) -> Result<()> {
         if slots.len() != idxs.len() || !slots.windows(2).all(|w| w[0] < w[1]) {
             return Err(Error::InvalidArgument {
-                path: self.dir.clone(),
+                path: self.path().to_path_buf(),
                 reason: "a gather needs one increasing slot per index".into(),
             });
         }
@@ -641,13 +652,13 @@ impl Collection {
             let dst_len = dst.len() as u64;
             let mut grouped = Vec::new();
             self.read_groups(idxs, |src, at| match at {
-                None => gather_records(&self.dir, src, offsets, dst, exact, &self.cold),
+                None => gather_records(self.path(), src, offsets, dst, exact, &self.cold),
                 // Read in groups, the batch is first checked whole, group by
                 // group, so that a bad request still writes nothing.
                 Some(at) => {
                     let sub: Vec<u64> = at.iter().map(|&k| offsets[k]).collect();
                     let (locs, _) =
-                        check_records(&self.dir, src, &sub, dst_len, exact, &self.cold)?;
+                        check_records(self.path(), src, &sub, dst_len, exact, &self.cold)?;
                     grouped.extend(at.iter().zip(locs).map(|(&k, loc)| {
                         let end = offsets[k] + u64::from(loc.logic_length);
                         (offsets[k], end, idxs[k])
@@ -661,13 +672,13 @@ impl Collection {
             // Each group's destinations were checked apart; slots (`exact`)
             // cannot overlap, others are checked together.
             if exact.is_none() {
-                check_disjoint(&self.dir, grouped)?;
+                check_disjoint(self.path(), grouped)?;
             }
             self.read_groups(idxs, |src, at| match at {
-                None => gather_records(&self.dir, src, offsets, dst, exact, &self.cold),
+                None => gather_records(self.path(), src, offsets, dst, exact, &self.cold),
                 Some(at) => {
                     let sub: Vec<u64> = at.iter().map(|&k| offsets[k]).collect();
-                    gather_records(&self.dir, src, &sub, dst, exact, &self.cold)
+                    gather_records(self.path(), src, &sub, dst, exact, &self.cold)
                 }
             })
         })
@@ -678,7 +689,7 @@ impl Collection {
     pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
         if offsets.len() != idxs.len() {
             return Err(Error::InvalidArgument {
-                path: self.dir.clone(),
+                path: self.path().to_path_buf(),
                 reason: format!("{} indices but {} offsets", idxs.len(), offsets.len()),
             });
         }
@@ -710,7 +721,8 @@ impl Default for ShardLimits {
 /// and all of them after. Records appended after a publish go to the same
 /// newest shard until it is full, and are published by the next publish.
 pub struct CollectionWriter {
-    dir: PathBuf,
+    /// The collection's folder, by its real path: `files/folder.rs`.
+    folder: Folder,
     options: StoreOptions,
     limits: ShardLimits,
     /// The shard appends go to, and its logical bytes.
@@ -734,7 +746,8 @@ impl CollectionWriter {
         options: &StoreOptions,
         limits: ShardLimits,
     ) -> Result<CollectionWriter> {
-        let dir = real_dir(dir.as_ref())?;
+        let mut folder = Folder::new(dir.as_ref())?;
+        let dir = folder.path().to_path_buf();
         if limits.max_records == 0 || limits.max_records as usize > MAX_RECORDS {
             return Err(Error::InvalidArgument {
                 path: dir,
@@ -745,9 +758,11 @@ impl CollectionWriter {
             });
         }
         fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+        folder.identify()?;
         readers_lock::make_file(&dir)?;
+        folder.check()?;
         Ok(CollectionWriter {
-            dir,
+            folder,
             options: StoreOptions {
                 create: true,
                 ..options.clone()
@@ -777,7 +792,7 @@ impl CollectionWriter {
         // The longest name it can make: a counter of 16 hex digits.
         if !manifest::valid_shard_name(&format!("{prefix}-{:x}", u64::MAX)) {
             return Err(Error::InvalidArgument {
-                path: self.dir,
+                path: self.folder.path().to_path_buf(),
                 reason: format!(
                     "shard prefix {prefix:?} must be digits, lowercase letters and '-', \
                      at most {} of them",
@@ -803,7 +818,9 @@ impl CollectionWriter {
                     format!("{nanos:x}-{:x}-{n:x}", std::process::id())
                 }
             };
-            let path = self.dir.join(&name);
+            // Not made in another folder renamed into this one's place.
+            self.folder.check()?;
+            let path = self.folder.path().join(&name);
             match fs::create_dir(&path) {
                 Ok(()) => {
                     let store = Store::open_with(&path, &self.options)?;
@@ -895,7 +912,10 @@ impl CollectionWriter {
     /// before or with all of them.
     pub fn publish(&mut self) -> Result<u64> {
         self.sync()?;
-        manifest::publish(&self.dir, &self.made)
+        // Published where its shards are, not in another folder renamed
+        // into this one's place.
+        self.folder.check()?;
+        manifest::publish(self.folder.path(), &self.made)
     }
 
     /// Makes every shard of this writer durable, without publishing them:
@@ -908,7 +928,7 @@ impl CollectionWriter {
         if let Some((_, store, _)) = &self.current {
             store.sync()?;
         }
-        sync_dir(&self.dir)
+        sync_dir(self.folder.path())
     }
 }
 

@@ -27,6 +27,7 @@ use memmap2::{Mmap, MmapOptions};
 
 use crate::error::{io_error, Result};
 use crate::files::change_watch::{Changes, FileWatch};
+use crate::files::folder::Folder;
 use crate::files::io_hook::{announce, Hook, IoEvent};
 use crate::files::os::{may_not_write, sync_dir, write_all_at};
 use crate::format::limits::{CHUNK_CAPACITY, MAX_CHUNKS};
@@ -286,7 +287,9 @@ type SlotGroup = Box<[OnceLock<ChunkFile>]>;
 
 /// The chunk files of one store, opened lazily and kept open.
 pub(crate) struct ChunkFiles {
-    dir: PathBuf,
+    /// The store's folder; each chunk file opened in it is checked to be
+    /// its own (`files/folder.rs`).
+    folder: Folder,
     hook: Hook,
     /// Chunk `id`'s slot is `slots[id / SLOT_GROUP][id % SLOT_GROUP]`.
     slots: Box<[OnceLock<SlotGroup>]>,
@@ -298,9 +301,9 @@ pub(crate) struct ChunkFiles {
 }
 
 impl ChunkFiles {
-    pub fn new(dir: &Path, read_only: bool, hook: Hook, changes: Arc<Changes>) -> ChunkFiles {
+    pub fn new(folder: &Folder, read_only: bool, hook: Hook, changes: Arc<Changes>) -> ChunkFiles {
         ChunkFiles {
-            dir: dir.to_path_buf(),
+            folder: folder.clone(),
             read_only,
             hook,
             changes,
@@ -312,7 +315,7 @@ impl ChunkFiles {
     }
 
     pub fn path_of(&self, id: u16) -> PathBuf {
-        self.dir.join(chunk_file_name(id))
+        self.folder.path().join(chunk_file_name(id))
     }
 
     /// Chunk `id`, opening the existing file on first use.
@@ -349,38 +352,40 @@ impl ChunkFiles {
             // file at once is harmless (the first to finish is kept), and a
             // forked child, which may have inherited the mutex locked by a
             // thread it does not have, reads on.
-            let chunk = ChunkFile::open(
+            let chunk = self.folder.checked(ChunkFile::open(
                 id,
                 self.path_of(id),
                 false,
                 self.read_only,
                 self.hook.clone(),
                 &self.changes,
-            )?;
+            ))?;
             return Ok(slot.get_or_init(|| chunk));
         }
         let _guard = self.opening.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(chunk) = slot.get() {
             return Ok(chunk);
         }
+        // Not made in another folder renamed into this one's place.
+        self.folder.check()?;
         let path = self.path_of(id);
         let is_new = create && !path.exists();
         if is_new {
             announce(&self.hook, &path, IoEvent::ChunkCreate { chunk: id })?;
         }
-        let chunk = ChunkFile::open(
+        let chunk = self.folder.checked(ChunkFile::open(
             id,
             path,
             create,
             self.read_only,
             self.hook.clone(),
             &self.changes,
-        )?;
+        ))?;
         if is_new {
             // A new file's directory entry is durable only once the directory
             // is synced; the records it will hold depend on it.
-            announce(&self.hook, &self.dir, IoEvent::DirSync)?;
-            sync_dir(&self.dir)?;
+            announce(&self.hook, self.folder.path(), IoEvent::DirSync)?;
+            sync_dir(self.folder.path())?;
         }
         Ok(slot.get_or_init(|| chunk))
     }
@@ -400,6 +405,8 @@ impl ChunkFiles {
 
     /// Closes chunk `id` and deletes its file (if any).
     pub fn remove(&mut self, id: u16) -> Result<()> {
+        // Not another folder's file, renamed into this one's place.
+        self.folder.check()?;
         let path = self.path_of(id);
         announce(&self.hook, &path, IoEvent::ChunkRemove { chunk: id })?;
         if let Some(group) = self.slots[id as usize / SLOT_GROUP].get_mut() {

@@ -1,11 +1,10 @@
 //! File operations that the operating systems offer differently: positioned
 //! reads and writes, and making a directory's entries durable; creating a
-//! file whole, once, however many handles race to create it; and the real
-//! path a handle keeps of its folder.
+//! file whole, once, however many handles race to create it.
 
 use std::fs::{self, File};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[cfg(unix)]
@@ -89,29 +88,6 @@ fn repeat_until(
         }
     }
     Ok(())
-}
-
-/// `dir` as a handle keeps it: its real path (absolute, symbolic links
-/// resolved) when it exists, else absolute against the current directory
-/// of this moment (a store about to be created). A handle opens files by
-/// path long after its open (chunk files at their first read, shards,
-/// journals). A relative path would lead those opens into whatever folder
-/// the process had moved to by then, and a link into whatever it had been
-/// pointed at since (`current -> v2` swapped in for `current -> v1`): in
-/// either case into another store's files if one lies there.
-pub(crate) fn real_dir(dir: &Path) -> Result<PathBuf> {
-    if dir.as_os_str().is_empty() {
-        return Err(Error::InvalidArgument {
-            path: dir.to_path_buf(),
-            reason: "an empty path names no folder".into(),
-        });
-    }
-    match fs::canonicalize(dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::path::absolute(dir).map_err(io_error(dir))
-        }
-        real => real.map_err(io_error(dir)),
-    }
 }
 
 /// Makes the creations, renames and deletions in `dir` durable: an `fsync`

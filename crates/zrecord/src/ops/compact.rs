@@ -69,6 +69,9 @@ impl Store {
     pub fn compact_within(&mut self, max_moves: u64, wait: Duration) -> Result<CompactReport> {
         self.may_write("compact")?;
         let _sole = self.lock.exclusive_within(&Deadline::after(wait))?;
+        // It opens, creates and removes chunk files by path: not in another
+        // folder renamed into this one's place.
+        self.check_folder()?;
         // Records get new copies, which have not been checked.
         self.verified.forget();
         // Entries and slots change in turns from here on: until the end,

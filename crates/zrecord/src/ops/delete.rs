@@ -38,6 +38,9 @@ impl Store {
         // collection has the collection open.
         let _no_readers = ReadersLock::for_delete(self.path(), &deadline)?;
         let _sole = self.lock.exclusive_within(&deadline)?;
+        // Its journal is written by path: not into another folder renamed
+        // into this one's place.
+        self.check_folder()?;
         // Records move into the holes: what was checked at an index is gone.
         self.verified.forget();
         let plan = self.plan_delete(idxs)?;
