@@ -1,5 +1,6 @@
 //! How long opening a collection of many shards takes, and a gather over
-//! many shards against the same records in one store, in one run.
+//! many shards against the same records in one store and in a collection
+//! of one shard, in one run.
 //!
 //! `cargo run --release -p zrecord --example collection_speed -- [SHARDS]
 //! [RECORDS_PER_SHARD] [RECORD_BYTES] [DIR]` (defaults 10000, 64, 784, a
@@ -8,7 +9,10 @@
 //! prints the median of 5 opens and, up to 256 shards, the medians of 15
 //! rounds of shuffled batches of 256, gathered with `gather_exact` as a
 //! loader does (each round reads every record once from the store, then
-//! from the collection), and the median of the rounds' ratios.
+//! from a collection of the same records in one shard, then from the
+//! collection of SHARDS shards), and the medians of the rounds' ratios: the
+//! collection's to the store's, and to the one shard's (what sharding
+//! costs beyond being a collection).
 
 use std::time::Instant;
 
@@ -85,6 +89,16 @@ fn main() {
         state ^= state << 17;
         order.swap(i, (state % (i as u64 + 1)) as usize);
     }
+    let one_shard = root.join("one-shard");
+    let limits = ShardLimits {
+        max_records: n as u32,
+        ..ShardLimits::default()
+    };
+    let mut writer = CollectionWriter::new(&one_shard, &StoreOptions::default(), limits).unwrap();
+    writer.append(&records, &options).unwrap();
+    writer.publish().unwrap();
+    drop(writer);
+    let one_shard = Collection::open(&one_shard).unwrap();
     let collection = Collection::open(&path).unwrap();
     let batch = 256;
     let mut dst = vec![0u8; batch * record];
@@ -97,22 +111,34 @@ fn main() {
         n as f64 / t.elapsed().as_secs_f64()
     };
     let one = |idxs: &[u64], dst: &mut [u8]| single.gather_exact(idxs, dst, record).unwrap();
+    let shard = |idxs: &[u64], dst: &mut [u8]| one_shard.gather_exact(idxs, dst, record).unwrap();
     let many = |idxs: &[u64], dst: &mut [u8]| collection.gather_exact(idxs, dst, record).unwrap();
     pass(&one);
+    pass(&shard);
     pass(&many);
-    // Rounds alternate between the two, so that a slow spell of the
-    // machine falls on both; the ratio is the median of the rounds' ratios.
-    let (mut ones, mut manys, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    // Rounds go through the three in turn, so that a slow spell of the
+    // machine falls on all; a ratio is the median of the rounds' ratios.
+    let (mut ones, mut shard_rates, mut manys) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut to_store, mut shard_to_store, mut to_shard) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        let (a, b) = (pass(&one), pass(&many));
+        let (a, b, c) = (pass(&one), pass(&shard), pass(&many));
         ones.push(a);
-        manys.push(b);
-        ratios.push(b / a);
+        shard_rates.push(b);
+        manys.push(c);
+        shard_to_store.push(b / a);
+        to_store.push(c / a);
+        to_shard.push(c / b);
     }
     println!("gather, one store:  {:>12.0} records/s", median(ones));
     println!(
-        "gather, {shards} shards: {:>12.0} records/s ({:.2}x)",
+        "gather, one shard:  {:>12.0} records/s ({:.2}x the store)",
+        median(shard_rates),
+        median(shard_to_store)
+    );
+    println!(
+        "gather, {shards} shards: {:>12.0} records/s ({:.2}x the store, {:.2}x one shard)",
         median(manys),
-        median(ratios)
+        median(to_store),
+        median(to_shard)
     );
 }
