@@ -249,6 +249,17 @@ fn fixed_gathers_across_shards_match_the_model() {
     let (model, c) = published(&dir.path().join("c"), 2, 64, 7, Codec::Lz4);
     let idxs = [39u64, 0, 13, 14, 6, 7, 13, 21];
     assert_gathers_exactly(&c, &model, &idxs);
+    // A read of one shard, past the first (read as that shard's store
+    // reads), and reads of a collection of one shard.
+    assert_gathers_exactly(&c, &model, &[20, 14, 15, 20]);
+    let (one_model, one) = published(&dir.path().join("one"), 3, 64, 40, Codec::Raw);
+    assert_eq!(one.shard_names().count(), 1);
+    assert_gathers_exactly(&one, &one_model, &[39, 0, 5, 5]);
+    let err = one.gather_exact(&[3, 40], &mut [0; 128], 64).unwrap_err();
+    assert!(
+        matches!(err, Error::IndexOutOfRange { index: 40, .. }),
+        "{err}"
+    );
     // Padded slots, and lengths, in the read's order whatever the shards'.
     let mut padded = vec![7u8; idxs.len() * 80];
     c.gather(&idxs, &mut padded, 80).unwrap();

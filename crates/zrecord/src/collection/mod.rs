@@ -190,13 +190,21 @@ fn out_of_files(error: &Error) -> bool {
 }
 
 /// A read's indices resolved to shards: the shards it reads, each once, in
-/// order of first appearance; per index, which of them holds it (`which`)
-/// and its index there (`locals`). Flat lists: a batch touches many
-/// shards, and a list per shard would cost an allocation per shard.
+/// order of first appearance; per index, which of them holds it (`which`;
+/// `None` when the read has one shard) and its index there (`locals`).
+/// Flat lists: a batch touches many shards, and a list per shard would cost
+/// an allocation per shard.
 struct Resolved {
     shards: Vec<usize>,
-    which: Vec<u32>,
+    which: Option<Vec<u32>>,
     locals: Vec<u64>,
+}
+
+impl Resolved {
+    /// Which of the read's shards holds its `k`th index.
+    fn which(&self, k: usize) -> u32 {
+        self.which.as_ref().map_or(0, |which| which[k])
+    }
 }
 
 /// The published shards of a collection as of its opening, read as one
@@ -466,6 +474,14 @@ impl Collection {
         if let Some(&index) = idxs.iter().find(|&&index| index >= len) {
             return Err(self.out_of_range(index));
         }
+        if self.names.len() == 1 {
+            // The first shard's indices are the collection's.
+            return Ok(Resolved {
+                shards: if idxs.is_empty() { vec![] } else { vec![0] },
+                which: None,
+                locals: idxs.to_vec(),
+            });
+        }
         SHARD_PLACES.with_borrow_mut(|places| {
             if places.len() < self.names.len() {
                 places.resize(self.names.len(), 0);
@@ -493,9 +509,11 @@ impl Collection {
             for &s in &shards {
                 places[s] = 0;
             }
+            // A read of one shard (consecutive indices, mostly) reads it
+            // as a store's own read does, with no shard to look up a record.
             Ok(Resolved {
+                which: (shards.len() > 1).then_some(which),
                 shards,
-                which,
                 locals,
             })
         })
@@ -525,7 +543,7 @@ impl Collection {
                 return read(
                     &Sources {
                         stores,
-                        which: Some(&resolved.which),
+                        which: resolved.which.as_deref(),
                         locals: &resolved.locals,
                     },
                     None,
@@ -539,11 +557,11 @@ impl Collection {
                 .map(|&s| self.open_shard(s))
                 .collect::<Result<Vec<_>>>()?;
             let at: Vec<usize> = (0..idxs.len())
-                .filter(|&k| group.contains(&(resolved.which[k] as usize)))
+                .filter(|&k| group.contains(&(resolved.which(k) as usize)))
                 .collect();
             let which: Vec<u32> = at
                 .iter()
-                .map(|&k| resolved.which[k] - first as u32)
+                .map(|&k| resolved.which(k) - first as u32)
                 .collect();
             let locals: Vec<u64> = at.iter().map(|&k| resolved.locals[k]).collect();
             let sources = Sources {
