@@ -90,6 +90,9 @@ class Zrecord:
     def __len__(self) -> int: ...
     @property
     def path(self) -> str: ...
+    def check_folder(self) -> None:
+        """Raises ZrecordError when the store's folder is no longer at its
+        path (moved, removed or replaced by another since it was opened)."""
     @property
     def read_only(self) -> bool: ...
     @property
@@ -161,6 +164,10 @@ class Collection:
     def __len__(self) -> int: ...
     @property
     def path(self) -> str: ...
+    def check_folder(self) -> None:
+        """Raises ZrecordError when the collection's folder is no longer at
+        its path (moved, removed or replaced by another since it was
+        opened)."""
     @property
     def generation(self) -> int: ...
     @property

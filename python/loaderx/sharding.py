@@ -110,6 +110,10 @@ class Shards:
         ds = self.dataset
         collection = ds._stores()[0]
         names = collection.shards
+        # The shards are opened by their paths: in this dataset's folder,
+        # not in another renamed into its place (they would be another
+        # dataset's shards, changed at this one's positions).
+        collection.check_folder()
         if not read_only:
             collection.close()
         results = []
@@ -118,6 +122,8 @@ class Shards:
                 with Zrecord(ds.path / names[s], ds.codec, create=False,
                              checksums=ds._checksums,
                              read_only=read_only or ds._read_only) as store:
+                    if read_only:
+                        collection.check_folder()  # still open: checked after each
                     results.append(run(s, store))
         finally:
             if not read_only:

@@ -268,6 +268,11 @@ class Table(Mapping[str, StreamDataset]):
             raise ValueError(f"{self.path}: this handle reads part of the table's shards; "
                              "delete rows through a handle of the whole table")
         targets = np.unique(positions(rows, self.rows).reshape(-1)).tolist()
+        # The table is reopened by its path below: the rows chosen here
+        # must not be deleted from another table renamed into its place.
+        for ds in self._streams.values():
+            for store in ds._stores():
+                store.check_folder()
         self.close()
         reopen = dict(checksums=self._checksums, read_only=self._read_only, shards=self._view)
         try:

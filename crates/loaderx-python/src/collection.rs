@@ -90,6 +90,12 @@ impl Collection {
         &self.path
     }
 
+    /// Raises ZrecordError when the collection's folder is no longer at its
+    /// path (moved, removed or replaced by another since it was opened).
+    fn check_folder(&self) -> PyResult<()> {
+        self.shared()?.check_folder().map_err(error::engine)
+    }
+
     /// The manifest generation read (0 when nothing was published).
     #[getter]
     fn generation(&self) -> PyResult<u64> {

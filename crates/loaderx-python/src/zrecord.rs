@@ -228,6 +228,12 @@ impl Zrecord {
         &self.path
     }
 
+    /// Raises ZrecordError when the store's folder is no longer at its path
+    /// (moved, removed or replaced by another since it was opened).
+    fn check_folder(&self) -> PyResult<()> {
+        self.shared()?.check_folder().map_err(error::engine)
+    }
+
     /// Whether this handle only reads: opened with read_only=True, or on
     /// files this process may not write (then append, delete and compact
     /// raise StoreReadOnlyError).

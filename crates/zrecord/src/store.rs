@@ -335,8 +335,9 @@ impl Store {
 
     /// Fails with [`Error::FolderReplaced`] when the store's folder is no
     /// longer at its path: before a call that writes or deletes files in it
-    /// by their paths (a delete, a compaction).
-    pub(crate) fn check_folder(&self) -> Result<()> {
+    /// by their paths (a delete, a compaction), or that reopens it by its
+    /// path to change records this handle chose.
+    pub fn check_folder(&self) -> Result<()> {
         self.folder.check()
     }
 

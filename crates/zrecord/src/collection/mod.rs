@@ -358,6 +358,13 @@ impl Collection {
         self.folder.path()
     }
 
+    /// Fails with [`Error::FolderReplaced`] when the collection's folder is
+    /// no longer at its path: before its shards are reopened by their paths
+    /// to change records this handle chose (a delete shard by shard).
+    pub fn check_folder(&self) -> Result<()> {
+        self.folder.check()
+    }
+
     /// The manifest generation this handle reads (0: nothing published).
     pub fn generation(&self) -> u64 {
         self.generation
