@@ -27,7 +27,7 @@
 //!
 //! Either way a source's positions within a batch are consecutive positions
 //! of that source, so each source serves its part of a batch as one run of
-//! its sampler ([`Sampler::positions_into`]), at the cost of a plain batch.
+//! its sampler (`Sampler::positions_into`), at the cost of a plain batch.
 
 use crate::error::SamplerError;
 use crate::mode::Mode;

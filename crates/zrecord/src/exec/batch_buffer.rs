@@ -121,7 +121,7 @@ impl Recycler {
         ))
     }
 
-    /// As [`Recycler::new`], its buffers of [`MIN_POOLED`] bytes or more in
+    /// As [`Recycler::new`], its buffers of 64 KiB (`MIN_POOLED`) or more in
     /// shared memory that other processes can map (heap memory where the
     /// system has none to give).
     pub fn new_shared(per_class: usize, max_bytes: usize) -> Arc<Recycler> {
