@@ -54,6 +54,12 @@ class DatasetBase:
             raise ValueError(f"{self.path}: operation on a closed {self._kind}")
         return stores
 
+    def _check_folder(self) -> None:
+        """Raises ZrecordError when a store's folder is no longer at its path:
+        before a change that reopens the stores by their paths."""
+        for store in self._stores():
+            store.check_folder()
+
     def _layout_repr(self) -> str:
         raise NotImplementedError
 

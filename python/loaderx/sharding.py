@@ -113,7 +113,7 @@ class Shards:
         # The shards are opened by their paths: in this dataset's folder,
         # not in another renamed into its place (they would be another
         # dataset's shards, changed at this one's positions).
-        collection.check_folder()
+        ds._check_folder()
         if not read_only:
             collection.close()
         results = []

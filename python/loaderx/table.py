@@ -271,8 +271,7 @@ class Table(Mapping[str, StreamDataset]):
         # The table is reopened by its path below: the rows chosen here
         # must not be deleted from another table renamed into its place.
         for ds in self._streams.values():
-            for store in ds._stores():
-                store.check_folder()
+            ds._check_folder()
         self.close()
         reopen = dict(checksums=self._checksums, read_only=self._read_only, shards=self._view)
         try:

@@ -313,7 +313,8 @@ impl Store {
         if let Some(dict) = self.dictionary.get() {
             return Ok(Some(dict));
         }
-        let loaded = (self.folder).checked(crate::files::dictionary_file::load(self.path()))?;
+        let loaded = crate::files::dictionary_file::load(self.path());
+        let loaded = self.folder.checked(loaded)?;
         Ok(loaded.map(|d| self.dictionary.get_or_init(|| d)))
     }
 
