@@ -40,6 +40,9 @@ import itertools
 import math
 import mmap
 import multiprocessing
+# Imported now, not by the first Process.join with a timeout: close() must
+# work when the process has no descriptor left to open a module with.
+import multiprocessing.connection  # noqa: F401
 import os
 import pickle
 import signal

@@ -2,10 +2,10 @@
 batches as threads, in step order, with every start method; exact resume;
 per-sample maps; a worker's exception raised at its step with its
 traceback; a killed or crashed worker an error naming the step and the
-signal, the loader going on; close() prompt in every state; no process, descriptor or
-shared-memory segment left after many loaders, nor after the parent is
-killed; clear refusals (an unpicklable transform under spawn, a daemonic
-parent).
+signal, the loader going on; close() prompt in every state, out of file
+descriptors too; no process, descriptor or shared-memory segment left
+after many loaders, nor after the parent is killed; clear refusals (an
+unpicklable transform under spawn, a daemonic parent).
 """
 
 import gc
@@ -73,6 +73,13 @@ def segfault_at_label_100(batch):
         faulthandler.disable()  # pytest's would print the crash's stack
         ctypes.string_at(0)  # a crash in native code
     return batch
+
+
+def growing(batch):
+    """Results four times bigger at each step of a sequential loader over
+    64 samples in batches of 8: each reply grows its process's arena."""
+    step = int(batch["y"][0]) // 8
+    return {"y": batch["y"], "pad": np.zeros(1024 << 2 * step, np.uint8)}
 
 
 def slow_first_step(batch):
@@ -450,6 +457,66 @@ def test_close_is_prompt_while_processes_are_busy(streams, monkeypatch):
     it = loader(streams, transform=sleep_long, transform_mode="process", transform_workers=2)
     close_under_a_waiting_consumer(it)
     assert children() == []
+
+
+OUT_OF_DESCRIPTORS = """
+import errno, os, sys
+import numpy as np
+import loaderx
+sys.path.insert(0, {tests!r})
+from test_transform_processes import growing
+x = loaderx.Dataset.write({x!r}, np.zeros((64, 4, 2), np.uint8))
+y = loaderx.Dataset.write({y!r}, np.arange(64, dtype=np.int64))
+it = loaderx.DataLoader({{'x': x, 'y': y}}, batch_size=8, transform=growing,
+                        transform_mode='process', transform_workers=2,
+                        mode=loaderx.Sampler.Mode.SEQUENTIAL)
+firsts = [int(next(it)['y'][0])]
+print(' '.join(str(p.process.pid) for p in it._processes.all), flush=True)
+
+def exhaust():
+    held = []
+    try:
+        while True:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        return held
+
+held = exhaust()
+failed = 0
+for _ in range(5):
+    try:
+        firsts.append(int(next(it)['y'][0]))
+    except OSError as e:  # mapping a grown arena takes a descriptor
+        assert e.errno == errno.EMFILE, e
+        failed += 1
+assert failed, "no step needed a new descriptor"
+for fd in held:
+    os.close(fd)
+firsts.append(int(next(it)['y'][0]))
+print(' '.join(map(str, firsts)), flush=True)
+held = exhaust()
+it.close()
+print('closed', flush=True)
+"""
+
+
+def test_out_of_descriptors_a_step_waits_and_close_still_works(tmp_path):
+    # Every descriptor taken (a leak elsewhere in the program, a low
+    # `ulimit -n`): a step that needs one fails with EMFILE and comes again
+    # once some are free, and close() still stops the workers, which needs
+    # no new file, rather than fail where the standard library opens one.
+    script = OUT_OF_DESCRIPTORS.format(tests=os.path.dirname(__file__),
+                                       x=str(tmp_path / "x"), y=str(tmp_path / "y"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=WATCHDOG)
+    assert done.returncode == 0, done.stderr
+    pids, firsts, said = done.stdout.splitlines()
+    firsts = [int(f) for f in firsts.split()]
+    assert firsts == [8 * k for k in range(len(firsts))]  # no step lost or repeated
+    assert said == "closed"
+    # Closed, the workers were waited for: none is left, even as a zombie.
+    for pid in map(int, pids.split()):
+        assert not os.path.exists(f"/proc/{pid}")
 
 
 def test_no_process_descriptor_or_segment_survives_many_loaders(streams):
