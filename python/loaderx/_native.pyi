@@ -36,7 +36,8 @@ class StoreMemoryError(ZrecordError, MemoryError):
     """Memory for a batch or an operation could not be allocated (code -1)."""
 
 class StoreIOError(ZrecordError, OSError):
-    """The operating system refused a file operation of the store (code -2)."""
+    """The operating system refused a file operation of the store (code -2);
+    `errno` is the system's error number (errno.ENOSPC: the disk is full)."""
 
 class ZrecordIndexError(ZrecordError, IndexError):
     """A record or sample index at or past the end of the store (code -3)."""

@@ -364,6 +364,64 @@ def test_a_file_truncated_behind_an_open_store_is_an_error_not_sigbus(tmp_path, 
     assert child.returncode == 0 and "refused:" in child.stdout, (child.returncode, child.stderr)
 
 
+FULL_DISK = """
+import errno, os, subprocess, sys
+import numpy as np
+import loaderx
+folder = sys.argv[1]
+# A file system of 2 MiB of this process's own (gone when it exits).
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", folder], check=True)
+filler = os.path.join(folder, "filler")
+with open(filler, "wb") as f:
+    f.write(b"\\1" * (512 << 10))
+store = loaderx.Zrecord(os.path.join(folder, "s"))
+ones = (np.arange(256) % 251).astype(np.uint8)
+n = 0
+try:
+    while True:  # one-byte records: the table fills the disk, not the data
+        store.append(ones, 256, 1, "raw")
+        n += 256
+except loaderx.StoreIOError as e:
+    assert e.errno == errno.ENOSPC, e
+    print("full:", e)
+try:
+    loaderx.Dataset.write(os.path.join(folder, "ds"), np.zeros(100_000, np.uint8))
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+os.remove(filler)
+store.append(ones, 256, 1, "raw")
+n += 256
+assert store.stats()["records"] == n
+got = np.zeros(n, np.uint8)
+store.gather(np.arange(n), got, 1)
+assert np.array_equal(got, np.resize(ones, n)) and not store.verify()["bad"]
+print("after:", n)
+"""
+
+#: Runs a command in mount and user namespaces of its own, where it may mount
+#: a tmpfs as if it were root, seen by no other process.
+ISOLATED = ["unshare", "--mount", "--map-root-user"]
+
+
+def test_a_full_disk_is_an_error_not_sigbus(tmp_path):
+    """The table files are written through mappings, where a full disk was
+    SIGBUS; appends on a full tmpfs fail with ENOSPC and change nothing,
+    and append again once there is room."""
+    if sys.platform != "linux":
+        pytest.skip("tmpfs in a namespace of its own is Linux's")
+    if subprocess.run(ISOLATED + ["true"], capture_output=True).returncode != 0:
+        pytest.skip("this system lets no process make a mount namespace (unshare)")
+    folder = tmp_path / "small"
+    folder.mkdir()
+    child = subprocess.run(ISOLATED + [sys.executable, "-c", FULL_DISK, str(folder)],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, (child.returncode, child.stderr)
+    full, after = child.stdout.splitlines()
+    assert "meta.zr" in full or "checksums.zr" in full, full
+    assert "No space left" in full, full
+    assert int(after.split()[1]) > 10_000
+
+
 @pytest.mark.parametrize("codec", ["raw", "flate"])
 def test_damage_is_never_silent_in_a_dataset_written_with_the_defaults(tmp_path, codec):
     data = np.random.default_rng(1).integers(0, 255, size=(40, 64), dtype=np.uint8)

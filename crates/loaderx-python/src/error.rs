@@ -63,7 +63,8 @@ const KINDS: [Kind; 13] = [
         parent: None,
         builtin: Some(|py| py.get_type::<PyOSError>()),
         code: code::IO,
-        doc: "The operating system refused a file operation of the store (code -2).",
+        doc: "The operating system refused a file operation of the store (code -2); `errno` \
+              is the system's error number (errno.ENOSPC: the disk is full).",
     },
     Kind {
         name: "ZrecordIndexError",
@@ -247,12 +248,26 @@ pub(crate) fn engine(e: zrecord::Error) -> PyErr {
     error_of(&e, e.to_string())
 }
 
-/// The exception of `e`'s kind with `message`.
+/// The exception of `e`'s kind with `message`; a `StoreIOError` has the
+/// system's error number as `errno`, as an `OSError` does (`errno.ENOSPC`:
+/// the disk is full).
 fn error_of(e: &zrecord::Error, message: String) -> PyErr {
-    match kind_of(e) {
+    let err = match kind_of(e) {
         Some(kind) => kind_error(kind, message),
-        None => zrecord_error(message, code::OTHER),
+        None => return zrecord_error(message, code::OTHER),
+    };
+    if let zrecord::Error::Io { source, .. } = e {
+        if let Some(number) = source.raw_os_error() {
+            // Not `strerror` or `filename`: with them `str()` would be
+            // OSError's "[Errno n] ...", not the message.
+            if let Err(set) =
+                Python::attach(|py| err.value(py).setattr(intern!(py, "errno"), number))
+            {
+                return set;
+            }
+        }
     }
+    err
 }
 
 /// The store is closed: `ValueError`, as for a closed Python file.

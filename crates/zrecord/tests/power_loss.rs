@@ -135,6 +135,8 @@ impl Medium {
                 len: *len as usize,
             }),
             IoEvent::ChunkRemove { chunk: c } => self.pending.push(Pending::Remove(chunk(c))),
+            // Blocks for later writes: the file's bytes stay as they are.
+            IoEvent::MetaAllocate { .. } | IoEvent::ChecksumAllocate { .. } => {}
             IoEvent::MetaWrite { offset, bytes } => {
                 self.mapped_write(META, META_USED, *offset, bytes)
             }

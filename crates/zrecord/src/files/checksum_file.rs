@@ -14,6 +14,7 @@ use crate::files::io_hook::{announce, Hook, IoEvent};
 use crate::files::os::{
     check_mapped_size, create_once, map_table_file, open_existing, read_exact_at,
 };
+use crate::files::table_blocks::TableBlocks;
 use crate::format::checksums::{
     checksum_header, checksum_header_is_valid, checksum_slot_offset, covered_bytes, judge,
     Checksum, Verdict, CHECKSUM_COVERED_LEN, CHECKSUM_COVERED_OFFSET, CHECKSUM_FILE_LEN,
@@ -34,6 +35,8 @@ pub(crate) struct ChecksumFile {
     /// Whether the file is open and mapped for writing; when it is not,
     /// nothing may call `set` (the store checks before every write).
     writable: bool,
+    /// Blocks allocated for the slots' writes (`files/table_blocks.rs`).
+    blocks: TableBlocks,
     hook: Hook,
 }
 
@@ -69,6 +72,7 @@ impl ChecksumFile {
             file,
             map,
             writable,
+            blocks: TableBlocks::new(CHECKSUM_FILE_LEN),
             hook,
         }))
     }
@@ -198,6 +202,19 @@ impl ChecksumFile {
         assert!(index < MAX_RECORDS);
         let offset = checksum_slot_offset(index);
         let bytes = checksum.to_bytes();
+        self.blocks.ensure(
+            &self.file,
+            &self.path,
+            offset,
+            bytes.len(),
+            |offset, len| {
+                announce(
+                    &self.hook,
+                    &self.path,
+                    IoEvent::ChecksumAllocate { offset, len },
+                )
+            },
+        )?;
         announce(
             &self.hook,
             &self.path,

@@ -30,10 +30,16 @@ pub enum IoEvent<'a> {
     ChunkTruncate { chunk: u16, len: u64 },
     /// Deletion of chunk file `chunk`.
     ChunkRemove { chunk: u16 },
+    /// `fallocate` of `len` bytes of `meta.zr` from `offset`, before stores
+    /// into the mapping there (`files/table_blocks.rs`); the bytes stay.
+    MetaAllocate { offset: usize, len: usize },
     /// A store into the mapping of `meta.zr`.
     MetaWrite { offset: usize, bytes: &'a [u8] },
     /// `msync` of `len` bytes of `meta.zr` from `offset`.
     MetaSync { offset: usize, len: usize },
+    /// `fallocate` of `len` bytes of `checksums.zr` from `offset`, as
+    /// [`IoEvent::MetaAllocate`].
+    ChecksumAllocate { offset: usize, len: usize },
     /// A store into the mapping of `checksums.zr`.
     ChecksumWrite { offset: usize, bytes: &'a [u8] },
     /// `msync` of `len` bytes of `checksums.zr` from `offset`.

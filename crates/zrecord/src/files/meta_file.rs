@@ -18,6 +18,7 @@ use memmap2::MmapRaw;
 use crate::error::{io_error, Error, Result};
 use crate::files::io_hook::{announce, Hook, IoEvent};
 use crate::files::os::{check_mapped_size, create_once, map_table_file, open_existing};
+use crate::files::table_blocks::TableBlocks;
 use crate::format::header::{
     Header, FORMAT_VERSION, HEADER_LEN, LENGTH_OFFSET, MAGIC, TAIL_CHUNK_OFFSET,
     TAIL_OFFSET_OFFSET, VERSION_OFFSET,
@@ -36,6 +37,8 @@ pub(crate) struct MetaFile {
     /// Whether the file is open and mapped for writing; when it is not,
     /// nothing may write the mapping (the store checks before every write).
     writable: bool,
+    /// Blocks allocated for the table's writes (`files/table_blocks.rs`).
+    blocks: TableBlocks,
     hook: Hook,
 }
 
@@ -65,6 +68,7 @@ impl MetaFile {
             file,
             map,
             writable,
+            blocks: TableBlocks::new(META_FILE_LEN),
             hook,
         };
         meta.validate_header()?;
@@ -219,6 +223,14 @@ impl MetaFile {
     pub fn set_entry(&self, index: usize, loc: RecordLoc) -> Result<()> {
         assert!(index < MAX_RECORDS);
         let offset = entry_offset(index);
+        self.blocks
+            .ensure(&self.file, &self.path, offset, ENTRY_LEN, |offset, len| {
+                announce(
+                    &self.hook,
+                    &self.path,
+                    IoEvent::MetaAllocate { offset, len },
+                )
+            })?;
         if self.hook.is_some() {
             self.announce_write(offset, &loc.to_bytes())?;
         }

@@ -3,7 +3,8 @@
 //! the chunk files, the `checksums.zr` sidecar and the delete journal. Every
 //! write and sync is announced to the optional I/O hook first, so crash and
 //! fault tests see them all; `os.rs` holds the calls that differ by system,
-//! `folder.rs` the folder a handle keeps and the check that it is still there.
+//! `folder.rs` the folder a handle keeps and the check that it is still there,
+//! `table_blocks.rs` the disk blocks the mapped table files get before a write.
 
 pub(crate) mod change_watch;
 pub(crate) mod checksum_file;
@@ -15,3 +16,4 @@ pub(crate) mod io_hook;
 pub(crate) mod lock;
 pub(crate) mod meta_file;
 pub(crate) mod os;
+pub(crate) mod table_blocks;

@@ -141,6 +141,42 @@ pub(crate) fn create_once(
     Ok(created)
 }
 
+/// Gives `file` disk blocks for the `len` bytes at `offset`, its size
+/// unchanged (`fallocate`), so that stores into a shared mapping there need
+/// no block found in the page fault, where a full disk is SIGBUS
+/// (`table_blocks.rs`); fails as the file system does (ENOSPC when full).
+/// Does nothing where the system or the file system has no such call.
+pub(crate) fn allocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return Err(io::ErrorKind::InvalidInput.into());
+        };
+        loop {
+            // SAFETY: a system call on a descriptor `file` keeps open; it
+            // touches no memory of this process.
+            let r = unsafe {
+                libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, len)
+            };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EOPNOTSUPP | libc::ENOSYS) => return Ok(()),
+                _ => return Err(e),
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, offset, len);
+        Ok(())
+    }
+}
+
 /// Fails unless `file`, mapped whole at `path`, is still `len` bytes (one
 /// `fstat`): a store file of fixed length that another program truncated.
 pub(crate) fn check_mapped_size(file: &File, path: &Path, len: u64) -> Result<()> {
@@ -196,6 +232,22 @@ pub(crate) fn open_files_limit() -> Option<u64> {
     None
 }
 
+/// A sparse file of `len` bytes in `dir`, open for reading and writing, as
+/// a store's table files are; for tests.
+#[cfg(test)]
+pub(crate) fn sparse_file(dir: &Path, len: u64) -> (std::path::PathBuf, File) {
+    let path = dir.join("table");
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    file.set_len(len).unwrap();
+    (path, file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,15 +273,7 @@ mod tests {
     #[test]
     fn a_table_file_is_mapped_without_read_around() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("table");
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
-        file.set_len(64 << 20).unwrap();
+        let (path, file) = sparse_file(dir.path(), 64 << 20);
         let map = map_table_file(&file, &path, true).unwrap();
         // SAFETY: byte 0 of a live, writable mapping of 64 MiB.
         unsafe { map.as_mut_ptr().write(1) };
