@@ -221,6 +221,10 @@ class Dataset(DatasetBase):
         or all, and many writers (processes, hosts sharing the folder) may
         add to one dataset at once. Its samples are read as one dataset.
 
+        A write that fails partway (a full disk, a killed process) leaves a
+        store with the chunks it committed, a prefix of `array`, and a
+        sharded dataset without any of this call's samples.
+
         Returns:
             Dataset: the dataset, opened.
 
@@ -229,6 +233,8 @@ class Dataset(DatasetBase):
                 MAX_RECORD_LEN bytes, or a dtype/shape that differs from the
                 dataset already at `path`.
             TypeError: an object (or otherwise unstorable) dtype.
+            StoreIOError: an OSError, the system refused a write (`errno`
+                is errno.ENOSPC when the disk is full).
         """
         codec = codec_arg(codec)
         chunk_bytes = operator.index(chunk_bytes)
