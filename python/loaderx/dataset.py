@@ -223,7 +223,8 @@ class Dataset(DatasetBase):
 
         A write that fails partway (a full disk, a killed process) leaves a
         store with the chunks it committed, a prefix of `array`, and a
-        sharded dataset without any of this call's samples.
+        sharded dataset without any of this call's samples (and, unless
+        the process was killed, without the shard folders it made).
 
         Returns:
             Dataset: the dataset, opened.

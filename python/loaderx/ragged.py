@@ -49,7 +49,7 @@ from .schema_file import (
     schema_count,
     schema_dtype,
 )
-from .sharding import align, aligned_writer, new_prefix, publish_aligned
+from .sharding import align, aligned_writer, discard, new_prefix, publish_aligned
 from .writer_lock import writer_lock
 
 FORMAT = "loaderx-ragged"
@@ -378,9 +378,13 @@ def _write_shards(path: Path, items: Iterable[Any], want: np.dtype, ndim: int, c
     shapes = aligned_writer(path / SHAPES, "raw", prefix, checksums, shard_records)
     # A write cut off between its two publishes is completed first.
     align(paths)
-    append_ragged(values, shapes, items, want, ndim, chunk_bytes, **options)
-    values.sync()
-    shapes.sync()
+    try:
+        append_ragged(values, shapes, items, want, ndim, chunk_bytes, **options)
+        values.sync()
+        shapes.sync()
+    except BaseException:
+        discard([values, shapes])
+        raise
     publish_aligned(paths, values.shards)
 
 

@@ -87,12 +87,26 @@ class RecordsWriter:
         return 0 if self.sharded else len(self.target)
 
     def finish(self, published: bool) -> None:
-        """Publishes the new shards (when the write went through), or closes
-        the store."""
+        """Publishes the new shards when the write went through, else
+        removes them (`discard`); closes the store."""
         if not self.sharded:
             self.target.close()
         elif published:
             self.target.publish()
+        else:
+            discard([self.target])
+
+
+def discard(writers: Sequence[CollectionWriter]) -> None:
+    """Removes the unpublished shards of `writers`, whose write failed: no
+    reader saw them, and they would only hold the disk. A shard that cannot
+    be removed stays, as a crash would leave it (readers ignore it); the
+    write's own error is what the caller raises."""
+    for writer in writers:
+        try:
+            writer.discard()
+        except OSError:
+            pass
 
 
 class Shards:

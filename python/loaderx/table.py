@@ -248,8 +248,13 @@ class Table(Mapping[str, StreamDataset]):
         check_streams(path, manifest, columns)
         writer = ShardWriter(path, manifest["streams"], shard_rows or manifest["shard_rows"],
                              checksums=checksums, level=level, timeout=timeout, durable=durable)
-        writer.write(columns)
-        publish_shards(path, writer.sync())
+        try:
+            writer.write(columns)
+            shards = writer.sync()
+        except BaseException:
+            writer.discard()
+            raise
+        publish_shards(path, shards)
         return cls(path, checksums=checksums)
 
     def delete(self, rows: Any, *, timeout: float = 0.0) -> None:

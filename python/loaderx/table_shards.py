@@ -25,7 +25,7 @@ from .bytes_dataset import BytesDataset, append_items
 from .dataset import Dataset, append_samples
 from .dataset_base import WRITE_CHUNK_BYTES
 from .ragged import SHAPES, RaggedDataset, append_ragged
-from .sharding import align, aligned_writer, new_prefix, publish_aligned
+from .sharding import align, aligned_writer, discard, new_prefix, publish_aligned
 
 #: The dataset class of each stream kind.
 KINDS: dict[str, type] = {"fixed": Dataset, "ragged": RaggedDataset, "bytes": BytesDataset}
@@ -119,6 +119,11 @@ class ShardWriter:
         else:
             append_ragged(writers[0], writers[1], rows, layout[0], layout[2], WRITE_CHUNK_BYTES,
                           **self._options)
+
+    def discard(self) -> None:
+        """Removes the shards written, none of them published: the write
+        failed."""
+        discard([w for _, _, writers in self._streams.values() for w in writers])
 
     def sync(self) -> list[str]:
         """Makes every shard durable (unless not `durable`); returns their

@@ -388,6 +388,14 @@ try:
     loaderx.Dataset.write(os.path.join(folder, "ds"), np.zeros(100_000, np.uint8))
 except OSError as e:
     assert e.errno == errno.ENOSPC, e
+# A sharded write that fails removes the shards it made (readers never saw
+# them): they would go on holding the full disk.
+sharded = os.path.join(folder, "sharded")
+try:
+    loaderx.Dataset.write(sharded, np.arange(100_000), shard_records=10_000)
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+assert not [x for x in os.listdir(sharded) if os.path.isdir(os.path.join(sharded, x))]
 os.remove(filler)
 store.append(ones, 256, 1, "raw")
 n += 256

@@ -326,3 +326,38 @@ def test_rows_deleted_by_another_handle_are_an_error_not_other_rows(tmp_path):
     reader.close()
     with Table(tmp_path / "t") as again:
         assert again["label"][4] == 4 and again["label"][5] == 7
+
+
+def shard_folders(path):
+    """The folders of the collection at `path` that hold a store."""
+    return sorted(x.name for x in path.iterdir() if (x / "meta.zr").is_file())
+
+
+def test_a_write_that_fails_removes_the_shards_it_made(tmp_path):
+    # Readers never see the shards of a write that fails; it removes them,
+    # which a crash cannot, so they do not hold the disk (a full one, say).
+    cols = columns(600)
+    Table.write(tmp_path / "s", cols, shard_rows=128).close()
+    bad = columns(400, start=600)
+    bad["text"][300] = 5  # after two shards of the 400 rows
+    with pytest.raises(TypeError, match="str items"):
+        Table.write(tmp_path / "s", bad)
+    for path in collections(tmp_path / "s", {"image": "fixed", "label": "fixed",
+                                              "text": "bytes", "tokens": "ragged"}):
+        assert shard_folders(path) == sorted(Collection(path).shards), path
+    with Table(tmp_path / "s") as table:
+        assert table.rows == 600
+        assert_rows(table, cols)
+
+    def failing():
+        yield from (np.arange(i % 5 + 1, dtype=np.int32) for i in range(50))
+        raise RuntimeError("the source failed")
+
+    path = tmp_path / "r"
+    RaggedDataset.write(path, [np.arange(3, dtype=np.int32)] * 10, shard_records=8).close()
+    with pytest.raises(RuntimeError, match="source failed"):
+        RaggedDataset.write(path, failing())
+    for p in (path, path / "shapes.zr"):
+        assert shard_folders(p) == sorted(Collection(p).shards), p
+    with RaggedDataset(path) as ds:
+        assert len(ds) == 10

@@ -390,6 +390,15 @@ impl CollectionWriter {
         py.detach(|| writer.sync()).map_err(error::engine)
     }
 
+    /// Removes the shards of this writer that the collection does not list,
+    /// after a write that failed before its publish; its published shards
+    /// stay. Not for shards another process is to publish.
+    fn discard(&self, py: Python<'_>) -> PyResult<()> {
+        let mut guard = self.writer();
+        let writer = &mut *guard;
+        py.detach(|| writer.discard()).map_err(error::engine)
+    }
+
     /// The folder names of the shards this writer made, in order.
     #[getter]
     fn shards(&self) -> Vec<String> {

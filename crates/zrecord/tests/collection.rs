@@ -104,6 +104,35 @@ fn records_are_read_as_one_sequence_once_published() {
 }
 
 #[test]
+fn a_failed_write_discards_its_unpublished_shards_and_keeps_the_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let model: Vec<Vec<u8>> = (0..12u8).map(|i| vec![i; 1 + usize::from(i)]).collect();
+    let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
+    let mut w = writer(&path, limits(4, 1 << 20));
+    w.append(&refs[..6], &opts(Codec::Raw)).unwrap();
+    w.publish().unwrap();
+    // Two more records go to the published second shard (visible at once),
+    // four to a new shard that the failed write leaves unpublished.
+    w.append(&refs[6..8], &opts(Codec::Raw)).unwrap();
+    w.append(&refs[8..], &opts(Codec::Raw)).unwrap();
+    let made = w.shards().to_vec();
+    assert_eq!(made.len(), 3);
+    // Another writer's unpublished shard is not this one's to remove.
+    let mut other = writer(&path, limits(4, 1 << 20));
+    other.append(&refs[..1], &opts(Codec::Raw)).unwrap();
+    w.discard().unwrap();
+    assert_eq!(w.shards(), &made[..2]);
+    for name in &made[2..] {
+        assert!(!path.join(name).exists(), "{name} was not removed");
+    }
+    assert!(path.join(&other.shards()[0]).exists());
+    let c = Collection::open(&path).unwrap();
+    assert_eq!(c.shard_names().collect::<Vec<_>>(), &made[..2]);
+    assert_eq!(read_all(&c), model[..8]);
+}
+
+#[test]
 fn writers_with_one_prefix_make_aligned_shards_that_another_handle_publishes() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));

@@ -943,6 +943,29 @@ impl CollectionWriter {
         manifest::publish(self.folder.path(), &self.made)
     }
 
+    /// Removes the shards of this writer that the collection does not list,
+    /// after a write that failed before its publish (a full disk, a bad
+    /// item): no reader saw them, and they would only hold the disk. Its
+    /// published shards stay. Not for shards handed to another process to
+    /// publish ([`CollectionWriter::sync`]). The writer takes no appends
+    /// after it.
+    pub fn discard(&mut self) -> Result<()> {
+        self.current = None;
+        // Removed from this collection, not from another renamed into its
+        // place.
+        self.folder.check()?;
+        let published = manifest::read(self.folder.path())?.1;
+        let mut outcome = Ok(());
+        for name in self.made.iter().filter(|name| !published.contains(name)) {
+            let path = self.folder.path().join(name);
+            if let Err(e) = fs::remove_dir_all(&path) {
+                outcome = outcome.and(Err(io_error(&path)(e)));
+            }
+        }
+        self.made.retain(|name| published.contains(name));
+        outcome
+    }
+
     /// Makes every shard of this writer durable, without publishing them:
     /// another process may publish them later ([`Collection::publish`]).
     pub fn sync(&mut self) -> Result<()> {
