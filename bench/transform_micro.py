@@ -11,12 +11,15 @@ that `bash bench/run.sh transforms` converts (bench/out/transform-bench);
 gathers shuffled batches of BATCH samples on 2 native workers for 1 s
 untimed, then 3 s timed, and prints samples per second and the CPU time a
 batch cost, this process's and its worker processes' together (and theirs
-alone). Alternate the modes a few times: single runs move by ±10 %.
+alone, and the consuming thread's: the one that calls next(), which with
+processes packs and unpacks every batch). Alternate the modes a few times:
+single runs move by ±10 %.
 """
 
 import multiprocessing
 import os
 import sys
+import threading
 import time
 
 import loaderx
@@ -30,18 +33,21 @@ def identity(batch):
     return batch
 
 
-def process_cpu(pid):
-    """(user, system) CPU seconds of process `pid`, from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
+def process_cpu(pid, task=None):
+    """(user, system) CPU seconds of process `pid` (of its thread `task`),
+    from /proc."""
+    stat = f"/proc/{pid}/task/{task}/stat" if task else f"/proc/{pid}/stat"
+    with open(stat) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def cpu_seconds():
-    """(this process's CPU seconds, its live children's)."""
+    """(this process's CPU seconds, its live children's, this thread's)."""
     children = sum(sum(process_cpu(child.pid)) for child in multiprocessing.active_children())
-    return sum(os.times()[:2]), children
+    consumer = sum(process_cpu(os.getpid(), threading.get_native_id()))
+    return sum(os.times()[:2]), children, consumer
 
 
 def main():
@@ -56,15 +62,16 @@ def main():
         t = time.perf_counter()
         while time.perf_counter() - t < 1:
             next(loader)
-        own, children = cpu_seconds()
+        own, children, consumer = cpu_seconds()
         n, t = 0, time.perf_counter()
         while (elapsed := time.perf_counter() - t) < 3:
             next(loader)
             n += 1
-        own2, children2 = cpu_seconds()
+        own2, children2, consumer2 = cpu_seconds()
     total = (own2 - own + children2 - children) / n * 1e6
     print(f"{mode:8s} batch {size}: {n * size / elapsed:,.0f} samples/s, "
-          f"CPU {total:.0f} µs a batch (worker processes {(children2 - children) / n * 1e6:.0f})")
+          f"CPU {total:.0f} µs a batch (worker processes {(children2 - children) / n * 1e6:.0f}, "
+          f"consuming thread {(consumer2 - consumer) / n * 1e6:.0f})")
 
 
 if __name__ == "__main__":
