@@ -93,9 +93,8 @@ class ShardWriter:
             done += take
             self.rows += take
             if self.rows % self.shard_rows == 0:
-                for _, _, writers in self._streams.values():
-                    for w in writers:
-                        w.end_shard()
+                for w in self._writers():
+                    w.end_shard()
 
     def _checked(self, name: str, column: Any) -> Any:
         kind, layout, _ = self._streams[name]
@@ -120,19 +119,22 @@ class ShardWriter:
             append_ragged(writers[0], writers[1], rows, layout[0], layout[2], WRITE_CHUNK_BYTES,
                           **self._options)
 
+    def _writers(self) -> list[Any]:
+        """The collection writers of every stream (a ragged stream's two)."""
+        return [w for _, _, writers in self._streams.values() for w in writers]
+
     def discard(self) -> None:
         """Removes the shards written, none of them published: the write
         failed."""
-        discard([w for _, _, writers in self._streams.values() for w in writers])
+        discard(self._writers())
 
     def sync(self) -> list[str]:
         """Makes every shard durable (unless not `durable`); returns their
         names, in order."""
         names: list[str] = []
-        for _, _, writers in self._streams.values():
-            for w in writers:
-                w.sync()
-                names = w.shards
+        for w in self._writers():
+            w.sync()
+            names = w.shards
         return names
 
 
