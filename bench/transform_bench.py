@@ -26,12 +26,14 @@ gathers on 2 native workers:
 Each configuration runs in a process of its own (`--config NAME`), which
 first reads its files once (page cache), then takes its first batch and a
 warm-up untimed; rounds run every configuration once in turn, and a figure
-is the median over the rounds. Each process also reports its peak RSS and
+is the median over the rounds, a ratio the median of the rounds' own
+ratios. Each process also reports its peak RSS and
 the sum of its worker processes' peaks.
 """
 
 import multiprocessing
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -283,10 +285,15 @@ def report(r, stem):
     grain = grain_best(c)
 
     def ratio(name, base):
+        # The median of the rounds' own ratios: in a round the two ran one
+        # shortly after the other, so a change of the machine's speed
+        # between rounds (a third, some hours) does not enter the ratio.
         base = grain if base == "Grain" else base
-        if base is None or c[name]["status"] != "ok" or c[base]["status"] != "ok":
+        if base is None:
             return None
-        return c[name]["samples_s"] / c[base]["samples_s"]
+        ratios = [a["samples_s"] / b["samples_s"] for a, b in zip(r["runs"][name], r["runs"][base])
+                  if a["status"] == "ok" and b["status"] == "ok"]
+        return statistics.median(ratios) if ratios else None
 
     def cell(x):
         return "–" if x is None else f"{x:.2f}×"
@@ -316,7 +323,9 @@ def report(r, stem):
         f"(`{d['start_method']}` here). Each configuration runs in a process of its own; its "
         f"first batch and a warm-up of {st['warmup']:g} s go untimed, then {st['seconds']:g} s "
         f"are timed; rounds run every configuration once in turn, and each figure is the "
-        f"median of {rounds}.",
+        f"median of {rounds}. Each ratio is the median of the rounds' own ratios (the two "
+        "configurations of a round ran within a minute of each other), so it may differ from "
+        "the ratio of the two medians.",
         "",
         "## A GIL-bound per-sample function",
         "",

@@ -12,8 +12,9 @@ and waits for each reply, 5 rounds: prints the median round trip, wall
 time and the CPU time of each side (user and system). Then the same
 through the floor: a socket carrying four numbers each way, the process
 making the batch's two arrays from a shared mapping, the parent making
-them again from the reply. The difference is the Python work of the
-protocol (its structure packed, pickled and unpacked on both sides).
+them again from the reply. The difference is the work of the protocol
+beyond that (its message packed and unpacked on both sides, the shared
+buffers' bookkeeping, the process's loop).
 """
 
 import mmap

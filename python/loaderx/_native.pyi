@@ -362,6 +362,47 @@ class BatchMemory:
 def array_address(array: np.ndarray) -> int:
     """The address of `array`'s first byte."""
 
+# The batch message of transform processes (batch_message.rs).
+BATCH_ALIGN: int
+"""Where arrays start in a transform process's arena: a multiple of 64."""
+PLACE_WRITTEN: int
+"""The memory number of an array copied into the message's own arena."""
+PLACE_CAME_IN: int
+"""The memory number of a result's array that lies in the arena its batch came in."""
+PLACE_SHARED: int
+"""The first memory number of a shared batch buffer (its ``shared_id`` plus this)."""
+
+def shared_root(array: np.ndarray) -> tuple[np.ndarray, int, int] | None:
+    """The shared batch buffer `array` views: the array made of it, its
+    memory number and its descriptor; None when it views none."""
+
+def pack_batch(
+    arena: npt.NDArray[np.uint8] | None,
+    batch: Any,
+    seeds: np.ndarray | None,
+    ints: Sequence[int],
+    spans: Sequence[tuple[int, int, int]] | None = None,
+) -> tuple[int, int, dict[int, tuple[np.ndarray, int]] | None] | int | None:
+    """Packs a dict of numeric arrays, `seeds` and `ints` into `arena` as one
+    message, placing the arrays that lie in `spans` (memory number, start
+    and end address) or, with no spans, in shared batch buffers: `(offset,
+    length, shared buffers by number or None)`; the size needed when the
+    arena is too small; None for a batch it cannot carry."""
+
+def message_places(arena: npt.NDArray[np.uint8], offset: int, length: int) -> list[int]:
+    """The shared batch buffers a message's arrays lie in, in order."""
+
+def unpack_batch(
+    arena: npt.NDArray[np.uint8],
+    offset: int,
+    length: int,
+    memories: dict[int, npt.NDArray[np.uint8]],
+    copy: bool,
+) -> tuple[dict[str, np.ndarray], np.ndarray | None, list[int]]:
+    """The `(batch, seeds, ints)` of a message, its arrays views of
+    `memories` or, with `copy`, copies of those in the arenas. ValueError
+    for a damaged message."""
+
 #: What a Loader yields: (step, indices, per stream its buffer, sources).
 NativeBatch = tuple[
     int,

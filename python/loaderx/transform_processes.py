@@ -20,10 +20,14 @@ parent and the process both map. The parent copies a small or private
 array into the input arena; the process writes the arrays it makes into
 its output arena, and the parent copies them out (the consumer may keep a
 batch as long as it likes, and the arena is reused). The batch's structure
-(keys, dtypes, shapes, places) and what is not an array (a byte stream's
-items) are pickled into the arena behind the arrays. Only a fixed header
+(keys, dtypes, shapes, places) follows the arrays in the arena: for the
+usual batch, a dict of arrays with numeric dtypes, as a message that
+native code writes and reads in one call on each side
+(``crates/loaderx-python/src/batch_message.rs``); for any other, with what
+is not an array (a byte stream's items), as a pickle. Only a fixed header
 goes through the socket between the two, in one system call each way:
-the arena's size and where the pickle lies in it.
+the arena's size, where the message lies in it, and which of the two it
+is.
 
 A process dies with the loader: it exits when told to, when its socket
 closes, when it finds its parent gone (checked twice a second while it
@@ -59,12 +63,18 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ._native import BatchMemory, array_address
+from ._native import (
+    BATCH_ALIGN,
+    PLACE_CAME_IN,
+    PLACE_SHARED,
+    PLACE_WRITTEN,
+    array_address,
+    message_places,
+    pack_batch,
+    shared_root,
+    unpack_batch,
+)
 from .transform_pool import with_note
-
-#: Where arrays start in an arena: a cache line, so that the copies run at
-#: full speed and every dtype is aligned.
-_ALIGN = 64
 
 #: How often a waiting process checks that its parent is still there.
 _PARENT_CHECK = 0.5
@@ -86,9 +96,13 @@ _EXIT_TIMEOUT = 0.5
 _WAIT_SLICE = 0.05
 
 #: The one message of the socket, each way: the batch's number (0 asks the
-#: process to exit), the sender's arena size, and the pickle's offset and
-#: length in that arena.
-_HEADER = struct.Struct("<QQQQ")
+#: process to exit), the sender's arena size, the message's offset and
+#: length in that arena, and its form (`_PACKED` or `_PICKLED`).
+_HEADER = struct.Struct("<QQQQQ")
+
+#: The forms of a message: written by `pack_batch` (a dict of numeric
+#: arrays), a pickle (any other batch), or a process's error.
+_PACKED, _PICKLED, _FAILED = 1, 2, 3
 
 #: Batch numbers, unique in this process: a process takes each once.
 _SEQUENCE = itertools.count(1)
@@ -99,17 +113,11 @@ _MAX_FDS = 64
 #: Where a packed array is: in the arena its writer wrote it to, or in
 #: the arena that the batch came in (a result passed through); from
 #: `_SHARED` on, in the shared batch buffer numbered `where - _SHARED`.
-WRITTEN, CAME_IN, _SHARED = 0, 1, 2
-
-#: How a batch's structure is packed: a dict of arrays as its keys and
-#: their places (the batches of every loader), or any tree of dicts, lists
-#: and tuples with `_Array` leaves.
-_FLAT, _TREE = 0, 1
-
+WRITTEN, CAME_IN, _SHARED = PLACE_WRITTEN, PLACE_CAME_IN, PLACE_SHARED
 
 class _Array(NamedTuple):
-    """An array's place in a tree: `offset` bytes into the memory `where`
-    says. A built-in dtype travels as its string: a dtype object pickles
+    """An array's place in a pickled tree: `offset` bytes into the memory
+    `where` says. A built-in dtype travels as its string: a dtype object pickles
     several times slower, and this goes both ways every step; a structured
     or user-defined one (bfloat16) as itself, which its string does not
     describe."""
@@ -147,12 +155,14 @@ def _dtype(name: str | np.dtype) -> np.dtype:
 
 class Arena:
     """A shared memory file that grows as batches need, and this process's
-    mapping of it. Whoever writes grows it and tells the reader its size."""
+    mapping of it (`map`, and `view`, the same bytes as a uint8 array).
+    Whoever writes grows it and tells the reader its size."""
 
     def __init__(self, fd: int, size: int = 0) -> None:
         self.fd = fd
         self.size = 0
         self.map: mmap.mmap | None = None
+        self.view: np.ndarray | None = None
         self.remap(size)
 
     @classmethod
@@ -181,10 +191,11 @@ class Arena:
         mapping is dropped, not closed: arrays that view it keep it alive."""
         if size != self.size:
             self.map = mmap.mmap(self.fd, size) if size else None
+            self.view = np.frombuffer(self.map, np.uint8) if size else None
             self.size = size
 
     def close(self) -> None:
-        self.map = None
+        self.map = self.view = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -195,25 +206,17 @@ def _rebuild_arena(fd: Any, size: int) -> Arena:
 
 
 def _plain_array(value: Any) -> bool:
-    return isinstance(value, np.ndarray) and not value.dtype.hasobject
+    # Not a subclass (a masked array is more than its bytes): that is
+    # pickled whole, as any other value.
+    return type(value) is np.ndarray and not value.dtype.hasobject
 
 
-def _span(memory: Any) -> tuple[int, int]:
-    """The addresses a mapping covers (an empty span for none)."""
+def _span(memory: np.ndarray | None) -> tuple[int, int]:
+    """The addresses a memory (a uint8 array) covers (an empty span for none)."""
     if memory is None:
         return 0, 0
-    start = array_address(np.frombuffer(memory, np.uint8))
+    start = array_address(memory)
     return start, start + len(memory)
-
-
-def _batch_memory(a: np.ndarray) -> tuple[np.ndarray, Any] | None:
-    """The native batch buffer `a` views: the array made of it and its
-    owner, when the owner is shared memory."""
-    while isinstance(a, np.ndarray):
-        if isinstance(a.base, BatchMemory):
-            return (a, a.base) if a.base.shared_id is not None else None
-        a = a.base
-    return None
 
 
 #: Finds where an array already lies in memory both sides map: `(offset,
@@ -229,12 +232,11 @@ class Shared:
         self.buffers: dict[int, tuple[np.ndarray, int]] = {}
 
     def place(self, a: np.ndarray) -> tuple[int, int] | None:
-        found = _batch_memory(a)
+        found = shared_root(a)
         if found is None or not a.flags.c_contiguous:
             return None
-        root, owner = found
-        where = owner.shared_id + _SHARED
-        self.buffers[where] = (root, owner.fd)
+        root, where, fd = found
+        self.buffers[where] = (root, fd)
         return array_address(a) - array_address(root), where
 
 
@@ -258,14 +260,14 @@ def _finder(spans: list[tuple[int, int, int]]) -> Place:
 # garbage collector happened to run.
 
 
-def layout(value: Any, place: Place) -> tuple[int, Any, list[tuple[np.ndarray, int]]]:
-    """How `value` is packed: the kind and tree of its structure, its
-    arrays replaced by their places, where `place` finds them already
-    (shared memory both sides map) or at offsets of the arena; and the
-    arrays to copy there, with their offsets."""
+def layout(value: Any, place: Place) -> tuple[Any, list[tuple[np.ndarray, int]]]:
+    """How `value` is pickled when `pack_batch` cannot pack it: its tree of
+    dicts, lists and tuples, its arrays replaced by `_Array` places, where
+    `place` finds them already (shared memory both sides map) or at
+    offsets of the arena; and the arrays to copy there, with their
+    offsets."""
     copies: list[tuple[np.ndarray, int]] = []
-    kind, tree = _structure(value, place, copies)
-    return kind, tree, copies
+    return _walk(value, place, copies), copies
 
 
 def write(arena: Arena, copies: list[tuple[np.ndarray, int]], payload: bytes) -> tuple[int, int]:
@@ -283,39 +285,20 @@ def write(arena: Arena, copies: list[tuple[np.ndarray, int]], payload: bytes) ->
 def _aligned(copies: list[tuple[np.ndarray, int]]) -> int:
     """The first aligned offset past the arrays copied so far."""
     end = copies[-1][1] + copies[-1][0].nbytes if copies else 0
-    return -(-end // _ALIGN) * _ALIGN
-
-
-def _structure(value: Any, place: Place, copies: list[tuple[np.ndarray, int]]) -> tuple[int, Any]:
-    if type(value) is dict:
-        specs = []
-        for v in value.values():
-            if not _plain_array(v):
-                copies.clear()
-                break
-            specs.append(_leaf(v, place, copies))
-        else:
-            return _FLAT, (tuple(value), specs)
-    return _TREE, _walk(value, place, copies)
-
-
-def _leaf(a: np.ndarray, place: Place,
-          copies: list[tuple[np.ndarray, int]]) -> tuple[int, Any, tuple[int, ...], int]:
-    """An array's `(offset, dtype, shape, where)`, copied if need be."""
-    dtype = _dtype_name(a.dtype)
-    if not a.nbytes:
-        return 0, dtype, a.shape, WRITTEN
-    found = place(a)
-    if found is not None:
-        return found[0], dtype, a.shape, found[1]
-    offset = _aligned(copies)
-    copies.append((a, offset))
-    return offset, dtype, a.shape, WRITTEN
+    return -(-end // BATCH_ALIGN) * BATCH_ALIGN
 
 
 def _walk(v: Any, place: Place, copies: list[tuple[np.ndarray, int]]) -> Any:
     if _plain_array(v):
-        return _Array(*_leaf(v, place, copies))
+        dtype = _dtype_name(v.dtype)
+        if not v.nbytes:
+            return _Array(0, dtype, v.shape)
+        found = place(v)
+        if found is not None:
+            return _Array(found[0], dtype, v.shape, found[1])
+        offset = _aligned(copies)
+        copies.append((v, offset))
+        return _Array(offset, dtype, v.shape)
     if type(v) is dict:
         return {k: _walk(x, place, copies) for k, x in v.items()}
     if type(v) in (list, tuple):
@@ -323,35 +306,52 @@ def _walk(v: Any, place: Place, copies: list[tuple[np.ndarray, int]]) -> Any:
     return v
 
 
-def unpack(kind: int, tree: Any, memories: dict[int, Any], copy: bool) -> Any:
-    """The value that `layout` and `write` packed, its arrays views of `memories[where]` (an
-    mmap or an array), or, with `copy`, copies of those in the arenas
-    (which are reused)."""
-    if kind == _FLAT:
-        names, specs = tree
-        return {name: _array(spec, memories, copy) for name, spec in zip(names, specs)}
-    return _unwalk(tree, memories, copy)
-
-
-def _array(spec: tuple[int, Any, tuple[int, ...], int], memories: dict[int, Any],
-           copy: bool) -> np.ndarray:
-    offset, dtype, shape, where = spec
-    dtype = _dtype(dtype)
-    if not math.prod(shape):
-        return np.empty(shape, dtype)
-    # Positional: keyword arguments make the call half as slow again.
-    a = np.ndarray(shape, dtype, memories[where], offset)
-    return a.copy() if copy and where < _SHARED else a
-
-
-def _unwalk(tree: Any, memories: dict[int, Any], copy: bool) -> Any:
+def unpack(tree: Any, memories: dict[int, Any], copy: bool) -> Any:
+    """The value that `layout` and `write` packed, its arrays views of
+    `memories[where]` (uint8 arrays), or, with `copy`, copies of those in
+    the arenas (which are reused)."""
     if isinstance(tree, _Array):
-        return _array(tree, memories, copy)
+        offset, dtype, shape, where = tree
+        dtype = _dtype(dtype)
+        if not math.prod(shape):
+            return np.empty(shape, dtype)
+        # Positional: keyword arguments make the call half as slow again.
+        a = np.ndarray(shape, dtype, memories[where], offset)
+        return a.copy() if copy and where < _SHARED else a
     if type(tree) is dict:
-        return {k: _unwalk(x, memories, copy) for k, x in tree.items()}
+        return {k: unpack(x, memories, copy) for k, x in tree.items()}
     if type(tree) in (list, tuple):
-        return type(tree)(_unwalk(x, memories, copy) for x in tree)
+        return type(tree)(unpack(x, memories, copy) for x in tree)
     return tree
+
+
+def pack_message(arena: Arena, batch: Any, seeds: Any, ints: list[int],
+                 spans: list[tuple[int, int, int]] | None,
+                 place: Place) -> tuple[int, int, int, Any]:
+    """Writes `batch` (with `seeds` and `ints`) into `arena` for the other
+    side: natively where `pack_batch` can (with `spans` as it takes them),
+    else as a pickle of `(tree, seeds, ints, places)`, `place` finding its
+    arrays and `places` the shared buffers they lie in. Returns the
+    message's offset, length and form, and `pack_batch`'s shared buffers
+    (None for a pickle)."""
+    packed = pack_batch(arena.view, batch, seeds, ints, spans)
+    if type(packed) is int:  # the arena is too small for it
+        arena.reserve(packed)
+        packed = pack_batch(arena.view, batch, seeds, ints, spans)
+    if packed is not None:
+        at, length, shared = packed
+        return at, length, _PACKED, shared
+    places: dict[int, None] = {}
+
+    def placing(a: np.ndarray) -> tuple[int, int] | None:
+        found = place(a)
+        if found is not None and found[1] >= _SHARED:
+            places[found[1]] = None
+        return found
+
+    tree, copies = layout(batch, placing)
+    payload = pickle.dumps((tree, seeds, ints, list(places)), _PROTOCOL)
+    return (*write(arena, copies, payload), _PICKLED, None)
 
 
 # -- the worker process ------------------------------------------------------
@@ -375,16 +375,22 @@ class _Mapped:
     then)."""
 
     def __init__(self) -> None:
-        self.maps: collections.OrderedDict[int, mmap.mmap] = collections.OrderedDict()
+        #: Each mapping as a uint8 array (which keeps the mapping).
+        self.maps: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
         self.spans: dict[int, tuple[int, int]] = {}
 
     def receive(self, fds: list[int], wheres: list[int]) -> None:
-        for fd, where in zip(fds, wheres):
-            try:
-                self.maps[where] = mmap.mmap(fd, os.fstat(fd).st_size)
-            finally:
+        """Maps the buffers `wheres` from their descriptors `fds`, which it
+        closes; ValueError when the two do not match."""
+        try:
+            if len(fds) != len(wheres):
+                raise ValueError(f"{len(fds)} descriptors came for the shared buffers {wheres}")
+            for fd, where in zip(fds, wheres):
+                self.maps[where] = np.frombuffer(mmap.mmap(fd, os.fstat(fd).st_size), np.uint8)
+                self.spans[where] = _span(self.maps[where])
+        finally:
+            for fd in fds:
                 os.close(fd)
-            self.spans[where] = _span(self.maps[where])
 
     def use(self, wheres: list[int]) -> list[int]:
         """Marks `wheres` used now; drops (and returns) the mappings beyond
@@ -410,7 +416,7 @@ def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any]
     mapped = _Mapped()
     # A receive gives up after a while, to check that the parent is there.
     _wait_slices(sock, _PARENT_CHECK)
-    came_in = _span(inp.map)
+    came_in = _span(inp.view)
     last = 0
     while True:
         try:
@@ -422,7 +428,7 @@ def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any]
                 continue
             if len(header) != _HEADER.size:
                 return  # the socket closed
-            seq, size, at, length = _HEADER.unpack(header)
+            seq, size, at, length, form = _HEADER.unpack(header)
             if not seq:
                 return
             if seq <= last:  # a message posted again: it came the first time
@@ -432,31 +438,40 @@ def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any]
             last = seq
             if size != inp.size:
                 inp.remap(size)
-                came_in = _span(inp.map)
-            kind, tree, seeds, wheres, new = pickle.loads(inp.map[at:at + length])
-            mapped.receive(fds, new)
-        except (EOFError, OSError):
+                came_in = _span(inp.view)
+            if form == _PACKED:
+                places = message_places(inp.view, at, length)
+            else:
+                tree, seeds, _, places = pickle.loads(inp.map[at:at + length])
+            # The buffers not mapped yet are those whose descriptors came,
+            # in the order of the places.
+            mapped.receive(fds, [where for where in places if where not in mapped.maps])
+        except (EOFError, OSError, ValueError):
             return
-        dropped = mapped.use(wheres)
-        memories: dict[int, Any] = {WRITTEN: inp.map}
+        dropped = mapped.use(places)
+        memories: dict[int, Any] = {WRITTEN: inp.view}
         spans = [(CAME_IN, *came_in)]
-        for where in wheres:
+        for where in places:
             memories[where] = mapped.maps[where]
             spans.append((where, *mapped.spans[where]))
         try:
+            if form == _PACKED:
+                batch, seeds, _ = unpack_batch(inp.view, at, length, memories, False)
+            else:
+                batch = unpack(tree, memories, copy=False)
             # A result's array that is part of what came in (the input
             # arena or this batch's shared buffers) goes back as its place.
-            result = work(unpack(kind, tree, memories, copy=False), seeds)
-            kind, tree, copies = layout(result, _finder(spans))
+            result = work(batch, seeds)
+            del batch
+            at, length, form, _ = pack_message(out, result, None, dropped, spans,
+                                               _finder(spans))
             del result
-            payload = pickle.dumps((True, kind, tree, dropped), _PROTOCOL)
         except BaseException as e:  # noqa: BLE001: every error goes back to next()
-            copies = []
-            payload = pickle.dumps((False, *_portable(e), dropped), _PROTOCOL)
-        at, length = write(out, copies, payload)
-        del copies
+            payload = pickle.dumps((*_portable(e), dropped), _PROTOCOL)
+            at, length = write(out, [], payload)
+            form = _FAILED
         try:
-            sock.sendall(_HEADER.pack(seq, out.size, at, length))
+            sock.sendall(_HEADER.pack(seq, out.size, at, length, form))
         except OSError:
             return
 
@@ -495,7 +510,9 @@ class _Process:
         #: the last number posted.
         self.sent = self.posted = 0
         self.message: tuple[bytes, list[int]] = (b"", [])
-        self.shared: Shared | None = None
+        #: The shared batch buffers of the batch it holds: `(array, descriptor)`
+        #: by place.
+        self.shared: dict[int, tuple[np.ndarray, int]] | None = None
         #: Who sent the batch it holds (a ProcessPipeline).
         self.owner: Any = None
         #: The last header received: a reply is in only when its sequence
@@ -518,19 +535,21 @@ class _Process:
         """Gives the process `batch` for `owner`: writes it to the input
         arena and makes the message that `post` sends."""
         shared = Shared()
-        kind, tree, copies = layout(batch, shared.place)
-        new = [where for where in shared.buffers if where not in self.known]
-        payload = pickle.dumps((kind, tree, seeds, list(shared.buffers), new), _PROTOCOL)
-        at, length = write(self.inp, copies, payload)
+        at, length, form, buffers = pack_message(self.inp, batch, seeds, [], None, shared.place)
+        if buffers is None:
+            buffers = shared.buffers
+        # The process maps the buffers it has not yet, in the order of the
+        # places (the message's order, which both sides read alike).
+        new = [where for where in buffers if where not in self.known]
         seq = next(_SEQUENCE)
-        message = (_HEADER.pack(seq, self.inp.size, at, length),
-                   [shared.buffers[where][1] for where in new])
+        message = (_HEADER.pack(seq, self.inp.size, at, length, form),
+                   [buffers[where][1] for where in new])
         sending = set(new)
         # No call between these statements (the interpreter runs signal
         # handlers only at calls and jumps): a load cut short leaves the
         # process as it was.
         self.known |= sending
-        self.shared, self.owner, self.message, self.sent = shared, owner, message, seq
+        self.shared, self.owner, self.message, self.sent = buffers, owner, message, seq
 
     def post(self) -> None:
         """Sends the message of the batch it holds. Sending it again is
@@ -567,22 +586,26 @@ class _Process:
         """`(True, result)`, or `(False, error)` with the process's
         traceback as the error's note, from the reply that is in. May be
         called again (nothing it reads is reused before the next load)."""
-        _, size, at, length = _HEADER.unpack(self.header)
+        _, size, at, length, form = _HEADER.unpack(self.header)
         self.out.remap(size)
-        reply = pickle.loads(self.out.map[at:at + length])
-        self.known.difference_update(reply[-1])
-        if not reply[0]:
-            _, error, text, _ = reply
+        if form == _FAILED:
+            error, text, dropped = pickle.loads(self.out.map[at:at + length])
+            self.known.difference_update(dropped)
             with_note(error, f"in loaderx transform process {self.process.pid}:\n{text}")
             return False, error
-        _, kind, tree, _ = reply
-        memories: dict[int, Any] = {WRITTEN: self.out.map, CAME_IN: self.inp.map}
+        memories: dict[int, Any] = {WRITTEN: self.out.view, CAME_IN: self.inp.view}
         assert self.shared is not None
-        for where, (root, _) in self.shared.buffers.items():
+        for where, (root, _) in self.shared.items():
             memories[where] = root
         # Shared batch buffers are delivered as they are (views that keep
         # them alive); what the arenas hold is copied, as they are reused.
-        return True, unpack(kind, tree, memories, copy=True)
+        if form == _PACKED:
+            result, _, dropped = unpack_batch(self.out.view, at, length, memories, True)
+        else:
+            tree, _, dropped, _ = pickle.loads(self.out.map[at:at + length])
+            result = unpack(tree, memories, copy=True)
+        self.known.difference_update(dropped)
+        return True, result
 
     def death(self, step: int) -> RuntimeError:
         """The error of a step whose process died under it."""
@@ -601,7 +624,7 @@ class _Process:
 
     def stop(self) -> None:
         try:
-            self.sock.sendall(_HEADER.pack(0, 0, 0, 0))
+            self.sock.sendall(_HEADER.pack(0, 0, 0, 0, 0))
         except OSError:
             pass
 

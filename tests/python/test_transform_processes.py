@@ -190,6 +190,18 @@ def test_every_dtype_comes_back_as_it_was_made(streams):
             assert w[k].tobytes() == g[k].tobytes(), k
 
 
+def masked(batch):
+    return {"y": np.ma.masked_array(batch["y"], mask=batch["y"] % 3 == 0), "x": batch["x"]}
+
+
+def test_an_array_subclass_comes_back_as_itself(streams):
+    with loader(streams, transform=masked, transform_mode="process",
+                transform_workers=2) as processes:
+        for b in take(processes, 4):
+            assert type(b["y"]) is np.ma.MaskedArray and type(b["x"]) is np.ndarray
+            assert np.array_equal(b["y"].mask, b["y"].data % 3 == 0)
+
+
 def test_resume_with_processes_is_bit_identical(streams):
     kw = dict(transform=square_sum, transform_mode="process", transform_workers=2)
     with loader(streams, **kw) as whole:
@@ -378,6 +390,33 @@ def test_batches_go_and_come_back_through_shared_memory_without_copies(tmp_path)
     assert None not in files, "a batch came back as a copy"
     # The loader's batch memory is recycled: a few files, not one a step.
     assert len(files) <= 12, len(files)
+    x.close(), y.close()
+
+
+def pass_through(batch):
+    return batch
+
+
+def test_buffers_a_process_stopped_mapping_are_sent_again(tmp_path, monkeypatch):
+    # One mapping kept (forked processes inherit the setting): nearly every
+    # batch finds a buffer unmapped and its descriptor sent again, each
+    # batch's two streams in two buffers of their own.
+    monkeypatch.setattr(loaderx.transform_processes, "_MAPPED", 1)
+    rng = np.random.default_rng(6)
+    x = Dataset.write(tmp_path / "x", rng.integers(0, 256, (1024, 64, 64), dtype=np.uint8))
+    y = Dataset.write(tmp_path / "y", rng.random((1024, 1024)))
+    streams = {"x": x, "y": y}
+    with loader(streams, batch_size=64) as plain:
+        want = take(plain, 40)
+    files = set()
+    with loader(streams, batch_size=64, transform=pass_through, transform_mode="process",
+                transform_workers=2, start_method="fork") as it:
+        for w in want:
+            got = next(it)
+            same(w, got)
+            files.update(shared_file(got[k]) for k in got)
+            del got
+    assert None not in files, "a batch came back as a copy"
     x.close(), y.close()
 
 

@@ -22,7 +22,7 @@ impl BatchMemory {
     /// bytes (a loader's with ``shared_memory=True``), for a worker process
     /// to map; None for private memory. Open while this object lives.
     #[getter]
-    fn fd(&self) -> Option<i64> {
+    pub(crate) fn fd(&self) -> Option<i64> {
         #[cfg(unix)]
         return self.buffer.shared_fd().map(i64::from);
         #[cfg(not(unix))]
@@ -33,7 +33,7 @@ impl BatchMemory {
     /// recycled from it and never given to another file of this process
     /// (a worker process keeps its mapping by it); None for private memory.
     #[getter]
-    fn shared_id(&self) -> Option<u64> {
+    pub(crate) fn shared_id(&self) -> Option<u64> {
         self.buffer.shared_id()
     }
 }

@@ -5,6 +5,7 @@
 //! zloader, which know nothing of Python. One file per Python class.
 
 mod batch_array;
+mod batch_message;
 mod collection;
 mod convert;
 mod error;
@@ -24,6 +25,8 @@ mod _native {
 
     #[pymodule_export]
     use crate::batch_array::{array_address, BatchMemory};
+    #[pymodule_export]
+    use crate::batch_message::{message_places, pack_batch, shared_root, unpack_batch};
     #[pymodule_export]
     use crate::collection::{Collection, CollectionWriter};
     #[pymodule_export]
@@ -54,6 +57,10 @@ mod _native {
         m.add("MAX_RECORDS", ::zrecord::MAX_RECORDS)?;
         m.add("V1_MAX_RECORD_LEN", ::zrecord::V1_MAX_RECORD_LEN)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("BATCH_ALIGN", crate::batch_message::ALIGN)?;
+        m.add("PLACE_WRITTEN", crate::batch_message::WRITTEN)?;
+        m.add("PLACE_CAME_IN", crate::batch_message::CAME_IN)?;
+        m.add("PLACE_SHARED", crate::batch_message::SHARED)?;
         crate::error::add_kinds(m)?;
         Ok(())
     }
