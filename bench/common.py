@@ -316,12 +316,13 @@ def versions(*dists: str) -> dict:
     return out
 
 
-def bench_args(doc: str, worker: str, job_timeout: int, report: str) -> argparse.Namespace:
+def bench_args(doc: str, worker: str, job_timeout: int, report: str,
+               rounds: int = 5) -> argparse.Namespace:
     """The parsed options of a script that runs each configuration in a
     process of its own, described by the first paragraph of its docstring
     `doc`: `worker` is the hidden flag naming the configuration a worker
     process runs; the timing settings not given are --quick's or a full
-    run's, and --out becomes the report's path stem."""
+    run's (`rounds` rounds), and --out becomes the report's path stem."""
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="one short round, into bench/out/")
     p.add_argument("--rounds", type=int, default=None)
@@ -333,7 +334,7 @@ def bench_args(doc: str, worker: str, job_timeout: int, report: str) -> argparse
     p.add_argument("--out", default=None, help="report path stem")
     p.add_argument(worker, help=argparse.SUPPRESS)
     args = p.parse_args()
-    args.rounds = args.rounds or (1 if args.quick else 5)
+    args.rounds = args.rounds or (1 if args.quick else rounds)
     args.seconds = args.seconds or (1.0 if args.quick else 4.0)
     args.warmup = args.warmup or (0.3 if args.quick else 1.0)
     # A smoke test's report goes to bench/out/, never over the published one.
