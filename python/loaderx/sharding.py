@@ -87,14 +87,23 @@ class RecordsWriter:
         return 0 if self.sharded else len(self.target)
 
     def finish(self, published: bool) -> None:
-        """Publishes the new shards when the write went through, else
-        removes them (`discard`); closes the store."""
+        """Publishes the new shards when the write went through; removes
+        them (`discard`) when it did not or the publish fails; closes the
+        store."""
         if not self.sharded:
             self.target.close()
-        elif published:
-            self.target.publish()
-        else:
+            return
+        try:
+            if published:
+                self.target.publish()
+                return
+        except BaseException:
+            # One collection: what its manifest does not list, no reader
+            # saw (an aligned publish over several keeps its shards for
+            # `align` to complete).
             discard([self.target])
+            raise
+        discard([self.target])
 
 
 def discard(writers: Sequence[CollectionWriter]) -> None:

@@ -7,6 +7,7 @@ publisher completes it; a host's view opens only its shards; a table of
 more shards than the process may hold files open loads right.
 """
 
+import errno
 import json
 import multiprocessing
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 
+import loaderx.sharding
 from conftest import copy_store
 from loaderx import (Collection, DataLoader, RaggedDataset, Sampler, StoreBusyError, Table,
                      ZrecordError)
@@ -331,6 +333,36 @@ def test_rows_deleted_by_another_handle_are_an_error_not_other_rows(tmp_path):
 def shard_folders(path):
     """The folders of the collection at `path` that hold a store."""
     return sorted(x.name for x in path.iterdir() if (x / "meta.zr").is_file())
+
+
+class FailingPublish:
+    """A CollectionWriter whose publish fails after its shards were written
+    and synced (a full disk at the manifest, say)."""
+
+    writer_class = loaderx.sharding.CollectionWriter
+
+    def __init__(self, *args, **kwargs):
+        self.writer = self.writer_class(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.writer, name)
+
+    def publish(self):
+        self.writer.sync()
+        raise OSError(errno.ENOSPC, "no space left for the manifest")
+
+
+def test_a_publish_that_fails_removes_the_shards_it_made(tmp_path, monkeypatch):
+    path = tmp_path / "d"
+    loaderx.Dataset.write(path, np.arange(40, dtype=np.int64), shard_records=16).close()
+    published = shard_folders(path)
+    monkeypatch.setattr(loaderx.sharding, "CollectionWriter", FailingPublish)
+    with pytest.raises(OSError, match="manifest"):
+        loaderx.Dataset.write(path, np.arange(100, dtype=np.int64))
+    assert shard_folders(path) == published
+    monkeypatch.undo()
+    with loaderx.Dataset(path) as ds:
+        assert len(ds) == 40 and np.array_equal(ds[np.arange(40)], np.arange(40))
 
 
 def test_a_write_that_fails_removes_the_shards_it_made(tmp_path):
