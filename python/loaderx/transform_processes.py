@@ -37,6 +37,7 @@ waits), and on Linux at once when the parent process dies
 
 from __future__ import annotations
 
+import array
 import atexit
 import collections
 import functools
@@ -107,8 +108,11 @@ _PACKED, _PICKLED, _FAILED = 1, 2, 3
 #: Batch numbers, unique in this process: a process takes each once.
 _SEQUENCE = itertools.count(1)
 
-#: Most descriptors one message carries (a batch's new shared buffers).
+#: Most descriptors one message carries (a batch's new shared buffers),
+#: and the room for them in a receive.
 _MAX_FDS = 64
+_FD_BYTES = array.array("i").itemsize
+_ANCILLARY = socket.CMSG_LEN(_MAX_FDS * _FD_BYTES)
 
 #: Where a packed array is: in the arena its writer wrote it to, or in
 #: the arena that the batch came in (a result passed through); from
@@ -421,7 +425,7 @@ def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any]
     while True:
         try:
             try:
-                header, fds, _, _ = socket.recv_fds(sock, _HEADER.size, _MAX_FDS)
+                header, fds = _receive(sock)
             except BlockingIOError:
                 if os.getppid() != parent:
                     return
@@ -474,6 +478,18 @@ def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any]
             sock.sendall(_HEADER.pack(seq, out.size, at, length, form))
         except OSError:
             return
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    """A message's header and the descriptors that came with it:
+    `socket.recv_fds` without its wrapping, which cost 1.3 µs of its 3.5
+    (a send and receive of a header, timed alone)."""
+    header, ancillary, _, _ = sock.recvmsg(_HEADER.size, _ANCILLARY)
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(array.array("i", data[:len(data) - len(data) % _FD_BYTES]))
+    return header, fds
 
 
 def _wait_slices(sock: socket.socket, seconds: float) -> None:
