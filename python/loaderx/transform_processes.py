@@ -26,8 +26,8 @@ native code writes and reads in one call on each side
 (``crates/loaderx-python/src/batch_message.rs``); for any other, with what
 is not an array (a byte stream's items), as a pickle. Only a fixed header
 goes through the socket between the two, in one system call each way:
-the arena's size, where the message lies in it, and which of the two it
-is.
+the arena's size, where the message lies in it, and its form (native,
+pickled, or a process's error).
 
 A process dies with the loader: it exits when told to, when its socket
 closes, when it finds its parent gone (checked twice a second while it
