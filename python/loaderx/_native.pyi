@@ -429,7 +429,11 @@ class Loader:
         *,
         step: int | None = None,
         shared_memory: bool = False,
-    ) -> None: ...
+        held: int = 0,
+    ) -> None:
+        """`held`: batches the caller keeps alive besides the two with its
+        consumer (a transform stage's steps in flight), for which the
+        loader keeps recycled memory too."""
     @property
     def next_step(self) -> int: ...
     @property

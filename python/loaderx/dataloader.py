@@ -287,13 +287,20 @@ class DataLoader:
             # A mixture: each stream reads from one store per source.
             stores = [list(column) for column in zip(*(s for s, _ in per_source))]
         record_lens = per_source[0][1]
-        # Batches for processes are gathered into memory they can map.
+        workers = self._transform_workers
+        # The transform threads' steps taken from the native loader and not
+        # delivered yet.
+        ahead = workers + 1
+        processes = self._processes is not None
+        # Batches for processes are gathered into memory they can map; the
+        # native loader keeps recycled memory for those the transform stage
+        # holds too.
         native = Loader(stores, record_lens, self.sampler, self._num_workers,
-                        self._prefetch_size, step=step,
-                        shared_memory=self._processes is not None)
+                        self._prefetch_size, step=step, shared_memory=processes,
+                        held=ProcessPipeline.holds(workers) if processes else ahead)
         prepare, finish = self._work()
         end = getattr(self.sampler, "steps", None)
-        if self._processes is not None:
+        if processes:
             self._pool = ProcessPipeline(native, prepare, finish, self._processes, end=end)
             return
         batch_work = self._batch_work
@@ -304,8 +311,7 @@ class DataLoader:
                 batch = batch_work(batch, seeds)
             return finish(batch, context)
 
-        workers = self._transform_workers
-        self._pool = TransformPool(native, work, workers, ahead=workers + 1, end=end)
+        self._pool = TransformPool(native, work, workers, ahead=ahead, end=end)
 
     # -- iteration --------------------------------------------------------------
 

@@ -73,6 +73,13 @@ class ProcessPipeline:
         # Counted here as a Python int, as TransformPool does.
         self.next_take = native.next_step
 
+    @staticmethod
+    def holds(processes: int) -> int:
+        """The most native batches a pipeline of `processes` holds at once
+        besides the one delivered: up to `_AHEAD` steps in flight a process,
+        and one more each for the process a collected reply frees."""
+        return (_AHEAD + 1) * processes
+
     @property
     def next_step(self) -> int:
         """The step of the next delivery."""

@@ -143,7 +143,7 @@ fn record_source(obj: &Bound<'_, PyAny>) -> PyResult<Arc<dyn RecordSource>> {
 impl Loader {
     #[new]
     #[pyo3(signature = (stores, record_lens, sampler, num_workers = 4, prefetch_size = 4, *,
-                        step = None, shared_memory = false))]
+                        step = None, shared_memory = false, held = 0))]
     #[allow(clippy::too_many_arguments)] // Python keywords, one per option.
     fn new(
         py: Python<'_>,
@@ -154,6 +154,7 @@ impl Loader {
         prefetch_size: usize,
         step: Option<&Bound<'_, PyAny>>,
         shared_memory: bool,
+        held: usize,
     ) -> PyResult<Self> {
         if stores.len() != record_lens.len() {
             return Err(PyValueError::new_err(format!(
@@ -188,6 +189,7 @@ impl Loader {
             num_workers,
             prefetch: prefetch_size,
             shared_memory,
+            held,
         };
         let inner = if let Ok(mixture) = sampler.cast::<MixtureSampler>() {
             let mixture = mixture.get().inner.clone();

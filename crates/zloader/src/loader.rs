@@ -32,6 +32,12 @@ pub struct LoaderOptions {
     /// ([`zrecord::BatchBuffer::shared_fd`]): for batches handed to worker
     /// processes without a copy.
     pub shared_memory: bool,
+    /// Batches the caller keeps alive besides the two with its consumer (a
+    /// transform stage's steps in flight). The recycler keeps room for
+    /// them too: without it, each came back to a full list, was freed, and
+    /// a later batch needed fresh memory (with transform processes, a new
+    /// shared buffer every hundred or so batches).
+    pub held: usize,
 }
 
 impl Default for LoaderOptions {
@@ -40,6 +46,7 @@ impl Default for LoaderOptions {
             num_workers: 4,
             prefetch: 4,
             shared_memory: false,
+            held: 0,
         }
     }
 }
@@ -157,7 +164,7 @@ impl Loader {
         let recycler = recycler_for(
             &streams,
             picker.local_batch_size(),
-            ahead,
+            ahead.saturating_add(options.held),
             options.shared_memory,
         );
         let schedule = Arc::new(Schedule::new(first, ahead as u64, picker.steps()));
@@ -281,9 +288,10 @@ impl Drop for Loader {
 }
 
 /// The recycler of a loader's fixed-size batches: it keeps as many of each
-/// stream's batches as can be alive at once (the `ahead` steps in flight or
-/// finished and two with the consumer: the bound of the loader's memory),
-/// so that after the first few steps no batch needs fresh memory.
+/// stream's batches as can be alive at once (the `ahead` steps in flight,
+/// finished or held by the caller, and two with the consumer: the bound of
+/// the loader's memory), so that after the first few steps no batch needs
+/// fresh memory.
 fn recycler_for(streams: &[Stream], batch: usize, ahead: usize, shared: bool) -> Arc<Recycler> {
     let alive = ahead.saturating_add(2);
     let bytes = streams
@@ -404,6 +412,44 @@ mod tests {
             0,
             "and those dropped after it"
         );
+    }
+
+    /// Batches a caller holds beyond its two (`held`: a transform stage's
+    /// steps in flight) find room in the recycler when they come back,
+    /// instead of being freed for later batches to need fresh memory.
+    #[test]
+    fn batches_the_caller_holds_are_recycled_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let (n, len, batch) = (1000, 1024, 100);
+        let store = store_of(dir.path(), n, len);
+        let capacity = BatchBuffer::capacity_for(len * batch).unwrap();
+        for held in [0, 6] {
+            let sampler = Sampler::new(n as u64, batch, Mode::Iid, 7).unwrap();
+            // As above: one worker, one step of prefetch.
+            let options = LoaderOptions {
+                num_workers: 1,
+                prefetch: 1,
+                held,
+                ..LoaderOptions::default()
+            };
+            let loader =
+                Loader::new(vec![Stream::new(store.clone(), len)], sampler, options).unwrap();
+            let alive = options.prefetch + options.num_workers + 2;
+            // The caller holds `alive + 6` batches, then drops all but one.
+            let mut holding: Vec<Batch> = (0..alive + 6).map(|_| loader.next().unwrap()).collect();
+            let kept = holding.pop().unwrap();
+            drop(holding);
+            let idle = loader.recycler.idle_bytes() / capacity;
+            if held == 0 {
+                assert!(idle <= alive, "{idle} batches idle with nothing held");
+            } else {
+                // All that were dropped, but at most one that missed the
+                // try_locked list (the worker taking a buffer at that moment).
+                assert!(idle >= alive + 6 - 2, "{idle} batches idle, {held} held");
+            }
+            drop(kept);
+            loader.close();
+        }
     }
 
     /// A finite pass delivers its steps, the last one short or padded, and
