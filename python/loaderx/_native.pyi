@@ -372,9 +372,13 @@ PLACE_CAME_IN: int
 PLACE_SHARED: int
 """The first memory number of a shared batch buffer (its ``shared_id`` plus this)."""
 
-def shared_root(array: np.ndarray) -> tuple[np.ndarray, int, int] | None:
-    """The shared batch buffer `array` views: the array made of it, its
-    memory number and its descriptor; None when it views none."""
+def shared_place(
+    array: np.ndarray, shared: dict[int, tuple[np.ndarray, int]]
+) -> tuple[int, int] | None:
+    """Where `array` lies in the shared batch buffer it views, `(offset,
+    memory number)`, when it is contiguous and inside that buffer's bytes;
+    the buffer goes into `shared` (number to its array and descriptor).
+    None otherwise."""
 
 def pack_batch(
     arena: npt.NDArray[np.uint8] | None,

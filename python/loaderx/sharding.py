@@ -93,17 +93,17 @@ class RecordsWriter:
         if not self.sharded:
             self.target.close()
             return
+        if not published:
+            discard([self.target])
+            return
         try:
-            if published:
-                self.target.publish()
-                return
+            self.target.publish()
         except BaseException:
             # One collection: what its manifest does not list, no reader
             # saw (an aligned publish over several keeps its shards for
             # `align` to complete).
             discard([self.target])
             raise
-        discard([self.target])
 
 
 def discard(writers: Sequence[CollectionWriter]) -> None:

@@ -72,7 +72,7 @@ from ._native import (
     array_address,
     message_places,
     pack_batch,
-    shared_root,
+    shared_place,
     unpack_batch,
 )
 from .transform_pool import with_note
@@ -236,12 +236,7 @@ class Shared:
         self.buffers: dict[int, tuple[np.ndarray, int]] = {}
 
     def place(self, a: np.ndarray) -> tuple[int, int] | None:
-        found = shared_root(a)
-        if found is None or not a.flags.c_contiguous:
-            return None
-        root, where, fd = found
-        self.buffers[where] = (root, fd)
-        return array_address(a) - array_address(root), where
+        return shared_place(a, self.buffers)
 
 
 def _finder(spans: list[tuple[int, int, int]]) -> Place:

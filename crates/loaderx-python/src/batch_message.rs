@@ -87,11 +87,15 @@ fn address(array: &Bound<'_, PyUntypedArray>) -> usize {
     crate::batch_array::array_address(array)
 }
 
+/// The bytes `array`'s elements take.
+fn byte_len(array: &Bound<'_, PyUntypedArray>) -> usize {
+    array.len() * array.dtype().itemsize()
+}
+
 /// The shared batch buffer that `array` views, when there is one: the array
 /// made of the buffer (whose base is its `BatchMemory`), its number in
 /// messages, and its descriptor.
-#[pyfunction]
-pub(crate) fn shared_root<'py>(
+fn shared_root<'py>(
     array: &Bound<'py, PyUntypedArray>,
 ) -> Option<(Bound<'py, PyUntypedArray>, u64, i64)> {
     let mut a = array.clone();
@@ -126,24 +130,29 @@ fn aligned(n: usize) -> usize {
     n.div_ceil(ALIGN) * ALIGN
 }
 
-/// The place of `array` (at address `at`, `nbytes` long) in the shared
-/// batch buffer it views, when it lies inside that buffer's bytes; the
-/// buffer goes into `shared`.
-fn shared_place(
+/// Where `array` lies in the shared batch buffer it views, `(offset,
+/// number)`, when it is contiguous and inside that buffer's bytes; the
+/// buffer goes into `shared` (number to `(array, descriptor)`). What
+/// `pack_batch` places on the parent's side, and `transform_processes.py`
+/// in the batches it pickles.
+#[pyfunction]
+pub(crate) fn shared_place(
     array: &Bound<'_, PyUntypedArray>,
-    at: usize,
-    nbytes: usize,
-    shared: Option<&Bound<'_, PyDict>>,
-) -> PyResult<Option<(u64, usize)>> {
-    let (Some(shared), Some((root, place, fd))) = (shared, shared_root(array)) else {
+    shared: &Bound<'_, PyDict>,
+) -> PyResult<Option<(usize, u64)>> {
+    let nbytes = byte_len(array);
+    if nbytes == 0 || !array.is_c_contiguous() {
+        return Ok(None);
+    }
+    let Some((root, place, fd)) = shared_root(array) else {
         return Ok(None);
     };
-    let start = address(&root);
-    if at < start || at + nbytes > start + root.len() * root.dtype().itemsize() {
+    let (at, start) = (address(array), address(&root));
+    if at < start || at + nbytes > start + byte_len(&root) {
         return Ok(None);
     }
     shared.set_item(place, (root, fd))?;
-    Ok(Some((place, at - start)))
+    Ok(Some((at - start, place)))
 }
 
 /// Packs a dict of arrays, its seeds and `ints` into `arena` as one message
@@ -188,19 +197,21 @@ pub(crate) fn pack_batch<'py>(
         let Some(type_num) = plain_type(py, &array)? else {
             return Ok(None);
         };
-        let nbytes = array.len() * array.dtype().itemsize();
+        let nbytes = byte_len(&array);
         let at = address(&array);
         let found = if nbytes == 0 {
             Some((WRITTEN, 0))
+        } else if let Some(shared) = &shared {
+            shared_place(&array, shared)?.map(|(offset, place)| (place, offset))
         } else if !array.is_c_contiguous() {
             None
-        } else if let Some(spans) = &spans {
+        } else {
+            // `spans` is given where `shared` is not.
             spans
                 .iter()
+                .flatten()
                 .find(|&&(_, start, stop)| start <= at && at + nbytes <= stop)
                 .map(|&(place, start, _)| (place, at - start))
-        } else {
-            shared_place(&array, at, nbytes, shared.as_ref())?
         };
         let (place, copied) = match found {
             Some(place) => (place, false),
@@ -270,7 +281,7 @@ unsafe fn copy_into(
     array: &Bound<'_, PyUntypedArray>,
     dest: *mut u8,
 ) -> PyResult<()> {
-    let nbytes = array.len() * array.dtype().itemsize();
+    let nbytes = byte_len(array);
     if array.is_c_contiguous() {
         // SAFETY: a contiguous array's data is `nbytes` long; a result may
         // view the arena it is copied into, hence a move, not a copy.

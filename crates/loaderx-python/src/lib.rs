@@ -26,7 +26,7 @@ mod _native {
     #[pymodule_export]
     use crate::batch_array::{array_address, BatchMemory};
     #[pymodule_export]
-    use crate::batch_message::{message_places, pack_batch, shared_root, unpack_batch};
+    use crate::batch_message::{message_places, pack_batch, shared_place, unpack_batch};
     #[pymodule_export]
     use crate::collection::{Collection, CollectionWriter};
     #[pymodule_export]
