@@ -254,6 +254,41 @@ fn a_handle_checks_each_record_once_until_records_move() {
     assert!(store.gather(&[0], &mut dst, 900).is_err());
 }
 
+/// A handle's first check makes its marks for the records the store held
+/// then (`ops/verified_records.rs`). A record not checked yet is checked on
+/// its first read, in a batch with records already checked (a gather takes
+/// the marks once for the batch: `ops/gather.rs`), whether the marks cover
+/// it or it was appended past them.
+#[test]
+fn a_record_is_checked_on_its_first_read_beside_checked_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.zr");
+    let recs = equal_records(80, 500);
+    // One chunk file: a batch's marks serve the first chunk's records.
+    let options = StoreOptions {
+        checksums: Checksums::On,
+        ..StoreOptions::default()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    append_raw(&store, &recs[..8]);
+    let mut dst = vec![0; 1000];
+    store.gather(&[0, 1], &mut dst, 500).unwrap();
+    damage(&path, 5);
+    assert!(matches!(
+        store.gather(&[1, 5], &mut dst, 500),
+        Err(Error::CorruptRecord { index: 5, .. })
+    ));
+    // Past the 64 records the first marks cover.
+    append_raw(&store, &recs[8..]);
+    damage(&path, 70);
+    assert!(matches!(
+        store.gather(&[1, 70], &mut dst, 500),
+        Err(Error::CorruptRecord { index: 70, .. })
+    ));
+    store.gather(&[1, 69], &mut dst, 500).unwrap();
+    assert_eq!(dst, [&recs[1][..], &recs[69][..]].concat());
+}
+
 /// Runs `write` on the store at `path` as a program that keeps no
 /// checksums would (loaderx 0.5.0 ignores `checksums.zr`): with the
 /// sidecar out of its sight.

@@ -211,6 +211,13 @@ impl ChunkFile {
         self.window().get(offset as usize..end as usize)
     }
 
+    /// The bytes known to be in the file (`None` past the capacity, which
+    /// no window holds): [`ChunkFile::read_known`] of any range is this
+    /// slice's range, taken once.
+    pub fn known_bytes(&self) -> Option<&[u8]> {
+        self.window().get(..self.known_size() as usize)
+    }
+
     /// Asks the kernel to start reading `offset..offset + len` into the page
     /// cache, without waiting for it. A hint only: skipped for bytes not
     /// known to be in the file, and its failure changes nothing. Nothing

@@ -8,6 +8,7 @@
 
 use std::fs::{self, File};
 use std::io::Write;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -29,6 +30,27 @@ use crate::format::record_table::{entry_offset, RecordLoc, ENTRY_LEN, META_FILE_
 /// File name of the metadata file inside a store directory (docs/FORMAT.md,
 /// "A store is a directory").
 pub const META_FILE_NAME: &str = "meta.zr";
+
+/// A store's record table in its `meta.zr` mapping, borrowed from the
+/// [`MetaFile`].
+#[derive(Clone, Copy)]
+pub(crate) struct RecordTable<'a> {
+    base: *const u8,
+    _meta: PhantomData<&'a MetaFile>,
+}
+
+impl RecordTable<'_> {
+    /// Table entry `index`, which must be below `MAX_RECORDS`.
+    pub fn entry(&self, index: usize) -> RecordLoc {
+        assert!(index < MAX_RECORDS);
+        // SAFETY: `base` is the start of the META_FILE_LEN mapping of a
+        // `MetaFile` borrowed for this table's life; `index < MAX_RECORDS`
+        // (checked), so the entry lies inside it; entries are ENTRY_LEN (16)
+        // bytes at a 16-byte aligned offset of a page-aligned mapping, so
+        // aligned for RecordLoc, and every bit pattern is a valid RecordLoc.
+        unsafe { std::ptr::read(self.base.add(entry_offset(index)).cast::<RecordLoc>()) }
+    }
+}
 
 pub(crate) struct MetaFile {
     path: PathBuf,
@@ -194,12 +216,17 @@ impl MetaFile {
 
     /// Table entry `index`, which must be below `MAX_RECORDS`.
     pub fn entry(&self, index: usize) -> RecordLoc {
-        assert!(index < MAX_RECORDS);
-        // SAFETY: `index < MAX_RECORDS` (checked), so the entry lies inside
-        // the META_FILE_LEN mapping; entries are ENTRY_LEN (16) bytes at a
-        // 16-byte aligned offset of a page-aligned mapping, so aligned for
-        // RecordLoc, and every bit pattern is a valid RecordLoc.
-        unsafe { std::ptr::read(self.ptr().add(entry_offset(index)).cast::<RecordLoc>()) }
+        self.table().entry(index)
+    }
+
+    /// The record table, for reads of many entries: a batch over many
+    /// shards takes each shard's once, rather than finding each shard's
+    /// mapping again for every record (`ops/gather.rs`).
+    pub fn table(&self) -> RecordTable<'_> {
+        RecordTable {
+            base: self.ptr(),
+            _meta: PhantomData,
+        }
     }
 
     /// Asks the kernel to start reading the page of table entry `index`

@@ -18,10 +18,12 @@ use crate::exec::streaming_copy::RawCopy;
 use crate::files::change_watch::{poll, Check, Polled};
 use crate::files::checksum_file::ChecksumFile;
 use crate::files::chunk_file::{prefetch, ChunkFile};
+use crate::files::meta_file::RecordTable;
 use crate::format::checksums::Verdict;
 use crate::format::codec::{decode, Codec};
 use crate::format::limits::{MAX_CHUNKS, V1_MAX_RECORD_LEN};
 use crate::format::record_table::RecordLoc;
+use crate::ops::verified_records::FirstMarks;
 use crate::store::Store;
 
 /// Below this much work per shard a batch is not split further. Work is
@@ -151,16 +153,40 @@ impl Sources<'_> {
         self.which.map_or(0, |which| which[k] as usize)
     }
 
+    /// Each store's [`ReadyChunk`], looked up once for the batch, after its
+    /// files were checked (`locate`).
+    fn ready_chunks(&self) -> Vec<Option<ReadyChunk<'_>>> {
+        self.stores
+            .iter()
+            .map(|store| store.ready_chunk())
+            .collect()
+    }
+
     /// For each position of `range`, the stored bytes of its record when a
     /// read needs nothing but to decode them ([`Store::ready_bytes`]), so
     /// that the copy loop after it finds them without going through the
     /// record's store. A batch over many shards reaches each record through
     /// a different store, whose chunk table, mapping and checksum marks are
-    /// rarely still in the CPU's caches and TLB; looked up here, in a loop
-    /// of loads alone, their misses overlap instead of stalling each copy.
-    fn ready(&self, locs: &[RecordLoc], range: Range<usize>) -> Vec<Option<&[u8]>> {
+    /// rarely still in the CPU's caches; so a record in a store's first
+    /// chunk is found through that store's `chunks` entry (a few cache
+    /// lines for the whole batch) instead of the store's own chain of
+    /// pointers, looked up again for every record.
+    fn ready<'s>(
+        &'s self,
+        locs: &[RecordLoc],
+        range: Range<usize>,
+        chunks: &[Option<ReadyChunk<'s>>],
+    ) -> Vec<Option<&'s [u8]>> {
         range
-            .map(|k| self.store(k).ready_bytes(self.locals[k], &locs[k]))
+            .map(|k| {
+                let (index, loc) = (self.locals[k], &locs[k]);
+                let chunk = chunks[self.which(k)].as_ref();
+                match chunk.filter(|_| loc.chunk_id == 0) {
+                    Some(chunk) => chunk.ready_bytes(index, loc),
+                    None => None,
+                }
+                .unwrap_or_else(|| self.store(k).ready_bytes(index, loc))
+            })
             .collect()
     }
 
@@ -262,18 +288,18 @@ impl Sources<'_> {
             .collect::<Result<Vec<bool>>>()?;
         // Read after every store's files were checked, in a loop of loads
         // alone: over many shards, one cache miss each, which overlap.
-        let lens: Vec<u32> = self
+        let (lens, tables): (Vec<u32>, Vec<RecordTable<'_>>) = self
             .stores
             .iter()
-            .map(|store| store.meta.length())
-            .collect();
+            .map(|store| (store.meta.length(), store.meta.table()))
+            .unzip();
         let mut locs = Vec::with_capacity(self.locals.len());
         let Some(which) = self.which else {
             let (store, len) = (self.stores[0], lens[0]);
             if let Some(&bad) = self.locals.iter().find(|&&i| i >= len as u64) {
                 return Err(store.out_of_range(bad, len));
             }
-            locs.extend(self.locals.iter().map(|&i| store.meta.entry(i as usize)));
+            locs.extend(self.locals.iter().map(|&i| tables[0].entry(i as usize)));
             return Ok((locs, looks));
         };
         let pairs = self.locals.iter().zip(which);
@@ -282,7 +308,7 @@ impl Sources<'_> {
         }
         // Checked first, read in a loop of loads alone: the entries' cache
         // misses overlap.
-        locs.extend(pairs.map(|(&i, &w)| self.stores[w as usize].meta.entry(i as usize)));
+        locs.extend(pairs.map(|(&i, &w)| tables[w as usize].entry(i as usize)));
         Ok((locs, looks))
     }
 }
@@ -377,8 +403,9 @@ fn copy_records(
     let shared = SharedDst {
         ptr: dst.as_mut_ptr(),
     };
+    let chunks = src.ready_chunks();
     let block = |range: Range<usize>| -> Result<()> {
-        let ready = src.ready(locs, range.clone());
+        let ready = src.ready(locs, range.clone(), &chunks);
         for (r, k) in range.enumerate() {
             prefetch_ahead(&ready, r);
             let loc = locs[k];
@@ -491,6 +518,7 @@ impl Store {
         };
         let dst_len = dst.len();
         let raw_copy = RawCopy::for_batch(dst_len);
+        let chunks = src.ready_chunks();
         // A run of records writes their slots, the last one up to the end
         // of `dst`.
         let block = |range: Range<usize>| -> Result<()> {
@@ -500,7 +528,7 @@ impl Store {
             // ranges of `dst`, all inside it (checked above); `dst` is
             // borrowed mutably for the whole call.
             let dst = unsafe { shared.slot(base, end - base) };
-            let ready = src.ready(&locs, range.clone());
+            let ready = src.ready(&locs, range.clone(), &chunks);
             for (r, k) in range.enumerate() {
                 prefetch_ahead(&ready, r);
                 let loc = locs[k];
@@ -698,15 +726,26 @@ impl Store {
     /// [`Store::decode_into`]). `None` sends the record down the full path
     /// of [`Store::decode_into`], which opens, looks again and reports.
     fn ready_bytes(&self, index: u64, loc: &RecordLoc) -> Option<&[u8]> {
-        if self.unchecked(index)
-            || loc.phys_length == 0
-            || loc.logic_length as usize > V1_MAX_RECORD_LEN
-        {
+        if self.unchecked(index) || !only_decoded(loc) {
             return None;
         }
         self.chunks
             .get_opened(loc.chunk_id)?
             .read_known(loc.offset, loc.phys_length)
+    }
+
+    /// The store's first chunk as [`Sources::ready`] reads it, when that
+    /// chunk is open and either gathers do not check records or some
+    /// record was checked (its marks exist).
+    fn ready_chunk(&self) -> Option<ReadyChunk<'_>> {
+        let marks = match self.verify_reads {
+            true => Some(self.verified.first_marks()?),
+            false => None,
+        };
+        Some(ReadyChunk {
+            known: self.chunks.get_opened(0)?.known_bytes()?,
+            marks,
+        })
     }
 
     /// The stored bytes of record `index` at `loc`; an entry that points
@@ -785,6 +824,39 @@ impl Store {
             None => Ok(Checked::Yes),
             Some(reason) => Err(corrupt(reason)),
         }
+    }
+}
+
+/// Whether a record stored at `loc` needs nothing but its stored bytes
+/// decoded, once its checksum is no longer to be checked: it has stored
+/// bytes, and is within the format's first length limit (past it, the
+/// store's own limit is read first: [`Store::stored_bytes`]).
+fn only_decoded(loc: &RecordLoc) -> bool {
+    loc.phys_length > 0 && loc.logic_length as usize <= V1_MAX_RECORD_LEN
+}
+
+/// What [`Sources::ready`] needs of a store's first chunk (chunk 0, where
+/// a store's records are until it outgrows one chunk file), taken once for
+/// a batch: the chunk's bytes known to be in its file, and the store's
+/// marks of checked records when gathers check records.
+struct ReadyChunk<'a> {
+    known: &'a [u8],
+    marks: Option<FirstMarks<'a>>,
+}
+
+impl<'a> ReadyChunk<'a> {
+    /// [`Store::ready_bytes`] of record `index`, stored at `loc` in this
+    /// chunk; `None` for a record whose mark the marks taken do not hold,
+    /// which the store looks up itself.
+    fn ready_bytes(&self, index: u64, loc: &RecordLoc) -> Option<Option<&'a [u8]>> {
+        let checked = match self.marks {
+            Some(marks) => marks.get(index)?,
+            None => true,
+        };
+        Some(match checked && only_decoded(loc) {
+            true => self.known.get(loc.offset as usize..loc.end() as usize),
+            false => None,
+        })
     }
 }
 

@@ -29,6 +29,19 @@ pub(crate) struct VerifiedRecords {
     more: OnceLock<Box<[OnceLock<Box<Page>>; PAGES]>>,
 }
 
+/// The first bitmap of a [`VerifiedRecords`], borrowed.
+#[derive(Clone, Copy)]
+pub(crate) struct FirstMarks<'a>(&'a [AtomicU64]);
+
+impl FirstMarks<'_> {
+    /// Whether record `index` is marked; `None` for a record past the
+    /// bitmap (appended after it was made).
+    pub fn get(self, index: u64) -> Option<bool> {
+        let (word, bit) = (index as usize / 64, 1 << (index % 64));
+        Some(self.0.get(word)?.load(Ordering::Relaxed) & bit != 0)
+    }
+}
+
 /// Records a page of marks past the first bitmap covers, and its words.
 const PAGE_RECORDS: usize = 1 << 16;
 const PAGE_WORDS: usize = PAGE_RECORDS / 64;
@@ -36,12 +49,18 @@ const PAGES: usize = MAX_RECORDS / PAGE_RECORDS;
 type Page = [AtomicU64; PAGE_WORDS];
 
 impl VerifiedRecords {
+    /// The first bitmap, once made: a batch takes it once for all its
+    /// records of the store (`ops/gather.rs`).
+    pub fn first_marks(&self) -> Option<FirstMarks<'_>> {
+        self.first.get().map(|first| FirstMarks(first))
+    }
+
     /// Whether record `index` was checked since the last [`forget`](Self::forget).
     pub fn contains(&self, index: u64) -> bool {
-        let (word, bit) = (index as usize / 64, 1 << (index % 64));
-        if let Some(first) = self.first.get().and_then(|first| first.get(word)) {
-            return first.load(Ordering::Relaxed) & bit != 0;
+        if let Some(marked) = self.first_marks().and_then(|first| first.get(index)) {
+            return marked;
         }
+        let (word, bit) = (index as usize / 64, 1 << (index % 64));
         self.more
             .get()
             .and_then(|more| more[word / PAGE_WORDS].get())
