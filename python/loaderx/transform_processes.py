@@ -33,6 +33,9 @@ A process dies with the loader: it exits when told to, when its socket
 closes, when it finds its parent gone (checked twice a second while it
 waits), and on Linux at once when the parent process dies
 (``PR_SET_PDEATHSIG``, set for processes started from the main thread).
+It also exits, with its own status and a line on its stderr, when it
+cannot read a batch it was sent; the parent names that in the step's
+error and starts another.
 """
 
 from __future__ import annotations
@@ -104,6 +107,12 @@ _HEADER = struct.Struct("<QQQQQ")
 #: The forms of a message: written by `pack_batch` (a dict of numeric
 #: arrays), a pickle (any other batch), or a process's error.
 _PACKED, _PICKLED, _FAILED = 1, 2, 3
+
+#: The status a process exits with when it cannot read a batch it was
+#: sent (a damaged message, a pickle it cannot load, a shared buffer it
+#: cannot map), after saying why on its stderr: it cannot take later
+#: batches either, as it no longer knows which buffers it holds.
+_UNREADABLE = 3
 
 #: Batch numbers, unique in this process: a process takes each once.
 _SEQUENCE = itertools.count(1)
@@ -419,22 +428,24 @@ def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any]
     last = 0
     while True:
         try:
-            try:
-                header, fds = _receive(sock)
-            except BlockingIOError:
-                if os.getppid() != parent:
-                    return
-                continue
-            if len(header) != _HEADER.size:
-                return  # the socket closed
-            seq, size, at, length, form = _HEADER.unpack(header)
-            if not seq:
+            header, fds = _receive(sock)
+        except BlockingIOError:
+            if os.getppid() != parent:
                 return
-            if seq <= last:  # a message posted again: it came the first time
-                for fd in fds:
-                    os.close(fd)
-                continue
-            last = seq
+            continue
+        except OSError:
+            return  # the socket is gone
+        if len(header) != _HEADER.size:
+            return  # the socket closed
+        seq, size, at, length, form = _HEADER.unpack(header)
+        if not seq:
+            return
+        if seq <= last:  # a message posted again: it came the first time
+            for fd in fds:
+                os.close(fd)
+            continue
+        last = seq
+        try:
             if size != inp.size:
                 inp.remap(size)
                 came_in = _span(inp.view)
@@ -445,8 +456,10 @@ def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any]
             # The buffers not mapped yet are those whose descriptors came,
             # in the order of the places.
             mapped.receive(fds, [where for where in places if where not in mapped.maps])
-        except (EOFError, OSError, ValueError):
-            return
+        except Exception as e:  # noqa: BLE001: named on stderr, then the exit status
+            print(f"loaderx transform process {os.getpid()} cannot read the batch the loader "
+                  f"sent it: {e!r}", file=sys.stderr, flush=True)
+            raise SystemExit(_UNREADABLE) from None
         dropped = mapped.use(places)
         memories: dict[int, Any] = {WRITTEN: inp.view}
         spans = [(CAME_IN, *came_in)]
@@ -624,6 +637,8 @@ class _Process:
         code = self.process.exitcode
         if code is not None and code < 0:
             how = f"was killed by {signal.Signals(-code).name}"
+        elif code == _UNREADABLE:
+            how = "could not read the batch it was sent (its stderr says why)"
         elif code is not None:
             how = f"exited with status {code}"
         else:

@@ -2,7 +2,8 @@
 batches as threads, in step order, with every start method; exact resume;
 per-sample maps; a worker's exception raised at its step with its
 traceback; a killed or crashed worker an error naming the step and the
-signal, the loader going on; close() prompt in every state, out of file
+signal, the loader going on, and one that cannot read its batch an error
+saying so; close() prompt in every state, out of file
 descriptors too; no process, descriptor or shared-memory segment left
 after many loaders, nor after the parent is killed; clear refusals (an
 unpicklable transform under spawn, a daemonic parent).
@@ -472,6 +473,39 @@ def test_a_killed_worker_fails_its_step_naming_the_signal(streams, transform, si
         with pytest.raises(RuntimeError, match=rf"killed by {signame} .*step 6"):
             next(it)
         assert next(it)["y"][0] == 112, "a new process takes the dead one's place"
+        assert len(children()) == 2
+    assert children() == []
+
+
+def test_a_batch_a_process_cannot_read_fails_its_step_saying_why(streams, tmp_path, monkeypatch,
+                                                                capfd):
+    # The next message any process reads is damaged (forked processes
+    # inherit the patch; the flag file goes with the first).
+    flag, real = tmp_path / "damage-next", loaderx.transform_processes.message_places
+
+    def damaged_once(*args):
+        try:
+            os.unlink(flag)
+        except FileNotFoundError:
+            return real(*args)
+        raise ValueError("a damaged message")
+
+    monkeypatch.setattr(loaderx.transform_processes, "message_places", damaged_once)
+    with loader(streams, mode=Sampler.Mode.SEQUENTIAL, transform=pass_through,
+                transform_mode="process", transform_workers=2, start_method="fork") as it:
+        take(it, 2)
+        flag.touch()
+        got, errors = [], []
+        for _ in range(8):
+            try:
+                got.append(int(next(it)["y"][0]))
+            except RuntimeError as e:
+                errors.append(str(e))
+        assert len(errors) == 1 and "could not read the batch it was sent" in errors[0], errors
+        assert "cannot read the batch the loader sent it: ValueError('a damaged message')" in \
+            capfd.readouterr().err
+        # The step failed alone: a new process took the others.
+        assert len(got) == 7 and got == sorted(got) and got[-1] == 16 * 9
         assert len(children()) == 2
     assert children() == []
 
