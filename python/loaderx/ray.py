@@ -4,7 +4,8 @@
   of Ray's write tasks, on whatever node it runs, writes its rows into new
   shards of its own (``table_shards.ShardWriter``); when every task has
   finished, the driver publishes all their shards at once, in the order of
-  the tasks. A task that dies leaves shards nobody publishes; a write that
+  the tasks. A task that dies leaves shards nobody publishes, which the
+  driver then removes (their names begin with the write's); a write that
   fails leaves the table as it was.
 * :func:`read` reads a table, or a dataset of any kind, as a
   ``ray.data.Dataset``: read tasks over ranges of whole shards, each
@@ -20,6 +21,8 @@ like for many machines).
 from __future__ import annotations
 
 import os
+import secrets
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -29,11 +32,11 @@ import ray.data
 from ray.data.block import BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
-from ._native import MAX_RECORDS
+from ._native import MAX_RECORDS, Collection
 from .bytes_dataset import PackedItems
 from .table import (MANIFEST, Table, check_streams, create, open_path, publish_shards,
-                    table_lock)
-from .table_shards import ShardWriter
+                    read_manifest, table_lock)
+from .table_shards import ShardWriter, collections
 
 #: Rows a read task gathers into one block.
 BLOCK_ROWS = 8192
@@ -108,6 +111,9 @@ class TableDatasink(Datasink):
         self.kinds = dict(kinds or {})
         self.classes = dict(classes or {})
         self.checksums = checksums
+        #: The write's name, which its tasks' shards begin with: what dead
+        #: attempts left is found by it (``on_write_complete``).
+        self.write_name = secrets.token_hex(4)
 
     def on_write_start(self, schema: Any = None) -> None:
         if (self.path / MANIFEST).is_file():
@@ -141,13 +147,23 @@ class TableDatasink(Datasink):
         check_streams(self.path, manifest, cols)
         return ShardWriter(self.path, manifest["streams"],
                            self.shard_rows or manifest["shard_rows"], checksums=self.checksums,
-                           level=self.level, durable=self.durable)
+                           level=self.level, durable=self.durable, under=self.write_name)
 
     def on_write_complete(self, write_result: Any) -> None:
-        """Publishes every task's shards, in the order of the tasks."""
+        """Publishes every task's shards, in the order of the tasks, then
+        removes the shards of the tasks' dead attempts (Ray retried them):
+        every task is done, and nothing lists them."""
         shards = [name for _, names in sorted(write_result.write_returns) for name in names]
         if shards:
             publish_shards(self.path, shards)
+        if not (self.path / MANIFEST).is_file():
+            return  # no task had a row
+        for path in collections(self.path, read_manifest(self.path)["streams"]):
+            try:
+                Collection.remove_unpublished(path, self.write_name)
+            except Exception as e:  # noqa: BLE001: the write is published; say what stays
+                warnings.warn(f"loaderx.ray.write: unpublished shards of dead tasks stay in "
+                              f"{path}: {e}", stacklevel=2)
 
     @property
     def supports_distributed_writes(self) -> bool:

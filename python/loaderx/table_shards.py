@@ -50,12 +50,13 @@ class ShardWriter:
 
     def __init__(self, path: Path, streams: Mapping[str, str], shard_rows: int, *,
                  checksums: bool | None = None, level: int | None = None,
-                 timeout: float = 60.0, durable: bool = True) -> None:
+                 timeout: float = 60.0, durable: bool = True, under: str | None = None) -> None:
         if shard_rows < 1:
             raise ValueError(f"shard_rows must be at least 1, not {shard_rows}")
         self.path = path
         self.shard_rows = shard_rows
-        self.prefix = new_prefix()
+        # Under a write's name, its writers' shards are found by it.
+        self.prefix = new_prefix() if under is None else f"{under}-{new_prefix()}"
         self.rows = 0
         self._options = {"level": level, "durable": False, "timeout": timeout}
         # Each stream's kind, its layout (from its dataset) and its writers.

@@ -79,6 +79,15 @@ impl Collection {
             .map_err(error::engine)
     }
 
+    /// Removes the shards in the collection at `path` that writers given
+    /// `prefix` made and that it does not list; returns their names. For the
+    /// shards of a distributed write's dead tasks, once every task is done.
+    #[staticmethod]
+    fn remove_unpublished(py: Python<'_>, path: PathBuf, prefix: &str) -> PyResult<Vec<String>> {
+        py.detach(|| Inner::remove_unpublished(&path, prefix))
+            .map_err(error::engine)
+    }
+
     /// Records in all published shards, as of the opening.
     fn __len__(&self) -> PyResult<usize> {
         Ok(self.shared()?.len() as usize)

@@ -132,6 +132,49 @@ fn a_failed_write_discards_its_unpublished_shards_and_keeps_the_published() {
     assert_eq!(read_all(&c), model[..8]);
 }
 
+/// A distributed write's tasks name their shards after the write (each
+/// attempt its own prefix under it); once the write is published, what its
+/// dead attempts left is removed by that name, and nothing else.
+#[test]
+fn the_unpublished_shards_of_a_writes_dead_attempts_are_removed_by_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let records: Vec<[u8; 3]> = (0..9u8).map(|i| [i; 3]).collect();
+    let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
+    let attempt = |prefix: &str, publish: bool| {
+        let mut w = writer(&path, limits(2, u64::MAX))
+            .with_prefix(prefix)
+            .unwrap();
+        w.append(&refs, &opts(Codec::Raw)).unwrap();
+        w.sync().unwrap();
+        if publish {
+            Collection::publish(&path, w.shards()).unwrap();
+        }
+        w.shards().to_vec()
+    };
+    let published = attempt("a1-1", true);
+    let dead = [attempt("a1-2", false), attempt("a1-3", false)].concat();
+    // Another write's, and a write whose name merely begins alike.
+    let kept = [attempt("b2-1", false), attempt("a10-1", false)].concat();
+    let mut removed = Collection::remove_unpublished(&path, "a1").unwrap();
+    removed.sort();
+    assert_eq!(removed, dead);
+    for name in &dead {
+        assert!(!path.join(name).exists(), "{name}");
+    }
+    for name in published.iter().chain(&kept) {
+        assert!(path.join(name).is_dir(), "{name}");
+    }
+    let c = Collection::open(&path).unwrap();
+    assert_eq!(
+        read_all(&c),
+        refs.iter().map(|r| r.to_vec()).collect::<Vec<_>>()
+    );
+    assert!(Collection::remove_unpublished(&path, "a1")
+        .unwrap()
+        .is_empty());
+}
+
 #[test]
 fn writers_with_one_prefix_make_aligned_shards_that_another_handle_publishes() {
     let dir = tempfile::tempdir().unwrap();

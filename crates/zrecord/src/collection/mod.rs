@@ -349,6 +349,37 @@ impl Collection {
         manifest::publish(dir, shards)
     }
 
+    /// Removes the shards in `dir` that writers given `prefix` made
+    /// ([`CollectionWriter::with_prefix`]: named `{prefix}-...`) and that
+    /// the collection does not list; returns their names. For the shards of
+    /// a distributed write's tasks that died before the publish (whose
+    /// retries wrote their rows again): no reader saw them, and they would
+    /// only hold the disk. Every writer of that prefix must be done: a shard
+    /// one of them still writes would be removed under it. Tries every such
+    /// shard; the error is the first that stopped one.
+    pub fn remove_unpublished(dir: impl AsRef<Path>, prefix: &str) -> Result<Vec<String>> {
+        let dir = dir.as_ref();
+        let published = manifest::read(dir)?.1;
+        let start = format!("{prefix}-");
+        let mut removed = Vec::new();
+        let mut outcome = Ok(());
+        for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+            let entry = entry.map_err(io_error(dir))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let ours = name.starts_with(&start) && manifest::valid_shard_name(&name);
+            if !ours || published.contains(&name) || !entry.path().is_dir() {
+                continue;
+            }
+            match fs::remove_dir_all(entry.path()) {
+                Ok(()) => removed.push(name),
+                Err(e) => outcome = outcome.and(Err(io_error(&entry.path())(e))),
+            }
+        }
+        outcome.map(|()| removed)
+    }
+
     /// [`Collection::open_with`] with the default store options.
     pub fn open(dir: impl AsRef<Path>) -> Result<Collection> {
         Collection::open_with(dir, &StoreOptions::default())
