@@ -31,6 +31,10 @@ def test_a_sharded_dataset_reads_and_loads_as_one(tmp_path):
     order = rng.permutation(1000)[:300]
     assert np.array_equal(ds[order], x[order])
     one = Dataset.write(tmp_path / "one", x)
+    # An empty selection is an empty array, as from one store (it panicked).
+    for empty in ([], np.array([], np.int64), slice(5, 5)):
+        assert ds[empty].shape == one[empty].shape == (0, 3, 5)
+        assert ds[empty].dtype == np.int32
     kw = dict(batch_size=64, mode=Sampler.Mode.SHUFFLE, seed=4, num_workers=2)
     with DataLoader(ds, **kw) as sharded, DataLoader(one, **kw) as single:
         for _ in range(40):  # more than two epochs

@@ -103,6 +103,28 @@ fn records_are_read_as_one_sequence_once_published() {
     assert_eq!(w.publish().unwrap(), 1);
 }
 
+/// A read of no indices reads nothing, from a collection of many shards, of
+/// one, or of none (a writer that never published).
+#[test]
+fn a_read_of_no_indices_reads_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let records: Vec<[u8; 4]> = (0..6u32).map(u32::to_le_bytes).collect();
+    let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
+    for (name, per_shard, publish) in [("many", 2, true), ("one", 8, true), ("none", 2, false)] {
+        let path = dir.path().join(name);
+        let mut w = writer(&path, limits(per_shard, u64::MAX));
+        w.append(&refs, &opts(Codec::Raw)).unwrap();
+        if publish {
+            w.publish().unwrap();
+        }
+        let c = Collection::open(&path).unwrap();
+        assert!(c.lengths(&[]).unwrap().is_empty(), "{name}");
+        c.gather_exact(&[], &mut [], 4).unwrap();
+        c.gather(&[], &mut [], 4).unwrap();
+        c.gather_ragged(&[], &mut [], &[]).unwrap();
+    }
+}
+
 #[test]
 fn a_failed_write_discards_its_unpublished_shards_and_keeps_the_published() {
     let dir = tempfile::tempdir().unwrap();

@@ -295,7 +295,10 @@ impl Sources<'_> {
             .unzip();
         let mut locs = Vec::with_capacity(self.locals.len());
         let Some(which) = self.which else {
-            let (store, len) = (self.stores[0], lens[0]);
+            // A read of no records reads no store (a collection's lists none).
+            let (Some(&store), Some(&len)) = (self.stores.first(), lens.first()) else {
+                return Ok((locs, looks));
+            };
             if let Some(&bad) = self.locals.iter().find(|&&i| i >= len as u64) {
                 return Err(store.out_of_range(bad, len));
             }
