@@ -361,23 +361,22 @@ impl Collection {
         let dir = dir.as_ref();
         let published = manifest::read(dir)?.1;
         let start = format!("{prefix}-");
-        let mut removed = Vec::new();
-        let mut outcome = Ok(());
+        let mut ours = Vec::new();
         for entry in fs::read_dir(dir).map_err(io_error(dir))? {
             let entry = entry.map_err(io_error(dir))?;
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
-            let ours = name.starts_with(&start) && manifest::valid_shard_name(&name);
-            if !ours || published.contains(&name) || !entry.path().is_dir() {
-                continue;
-            }
-            match fs::remove_dir_all(entry.path()) {
-                Ok(()) => removed.push(name),
-                Err(e) => outcome = outcome.and(Err(io_error(&entry.path())(e))),
+            if name.starts_with(&start)
+                && manifest::valid_shard_name(&name)
+                && !published.contains(&name)
+                && entry.path().is_dir()
+            {
+                ours.push(name);
             }
         }
-        outcome.map(|()| removed)
+        remove_shards(dir, &ours)?;
+        Ok(ours)
     }
 
     /// [`Collection::open_with`] with the default store options.
@@ -753,6 +752,20 @@ impl Collection {
     }
 }
 
+/// Removes the shard folders `names` of the collection in `dir`, which no
+/// manifest lists; tries every one, and the error is the first that stopped
+/// one.
+fn remove_shards(dir: &Path, names: &[String]) -> Result<()> {
+    let mut outcome = Ok(());
+    for name in names {
+        let path = dir.join(name);
+        if let Err(e) = fs::remove_dir_all(&path) {
+            outcome = outcome.and(Err(io_error(&path)(e)));
+        }
+    }
+    outcome
+}
+
 /// When a writer starts a new shard.
 #[derive(Clone, Copy, Debug)]
 pub struct ShardLimits {
@@ -986,15 +999,12 @@ impl CollectionWriter {
         // place.
         self.folder.check()?;
         let published = manifest::read(self.folder.path())?.1;
-        let mut outcome = Ok(());
-        for name in self.made.iter().filter(|name| !published.contains(name)) {
-            let path = self.folder.path().join(name);
-            if let Err(e) = fs::remove_dir_all(&path) {
-                outcome = outcome.and(Err(io_error(&path)(e)));
-            }
-        }
-        self.made.retain(|name| published.contains(name));
-        outcome
+        let (kept, unlisted) = self
+            .made
+            .drain(..)
+            .partition(|name| published.contains(name));
+        self.made = kept;
+        remove_shards(self.folder.path(), &unlisted)
     }
 
     /// Makes every shard of this writer durable, without publishing them:

@@ -180,12 +180,11 @@ impl Sources<'_> {
         range
             .map(|k| {
                 let (index, loc) = (self.locals[k], &locs[k]);
-                let chunk = chunks[self.which(k)].as_ref();
-                match chunk.filter(|_| loc.chunk_id == 0) {
-                    Some(chunk) => chunk.ready_bytes(index, loc),
-                    None => None,
-                }
-                .unwrap_or_else(|| self.store(k).ready_bytes(index, loc))
+                chunks[self.which(k)]
+                    .as_ref()
+                    .filter(|_| loc.chunk_id == 0)
+                    .and_then(|chunk| chunk.ready_bytes(index, loc))
+                    .unwrap_or_else(|| self.store(k).ready_bytes(index, loc))
             })
             .collect()
     }
