@@ -578,6 +578,54 @@ fn writers_killed_at_random_moments_leave_a_prefix_of_each() {
     }
 }
 
+/// Batches read on two threads, through the views the collection keeps of
+/// its shards, stay exact while another handle appends to the shards: each
+/// append is a change to their files, after which the views are made again
+/// (while the other thread may be reading), and the appended records lie
+/// past the collection's index.
+#[test]
+fn threads_read_exactly_while_other_handles_append_to_the_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let (model, c) = published(&path, 9, 64, 4, Codec::Raw);
+    let names: Vec<String> = c.shard_names().map(str::to_owned).collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let appender = scope.spawn(|| {
+            let shards: Vec<Store> = (names.iter().step_by(3))
+                .map(|name| Store::open(path.join(name)).unwrap())
+                .collect();
+            let mut appended = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let shard = &shards[appended % shards.len()];
+                shard.append(&[&[0xEE; 64][..]], &opts(Codec::Raw)).unwrap();
+                appended += 1;
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            appended
+        });
+        let readers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (c, model) = (&c, &model);
+                scope.spawn(move || {
+                    let mut rng = Rng(t + 1);
+                    for _ in 0..400 {
+                        let idxs: Vec<u64> = (0..12).map(|_| rng.below(40)).collect();
+                        assert_gathers_exactly(c, model, &idxs);
+                        assert_eq!(c.lengths(&idxs).unwrap(), vec![64; 12]);
+                    }
+                })
+            })
+            .collect();
+        for reader in readers {
+            reader.join().unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(appender.join().unwrap() > 0);
+    });
+    assert_eq!(read_all(&c), model);
+}
+
 /// A batch over many shards is checked on several threads (the crew takes
 /// part once a batch spans enough stores); the error is still the one a
 /// check in batch order meets first, and the destination is untouched.
@@ -700,6 +748,39 @@ fn a_collection_does_not_open_while_a_delete_holds_its_readers_lock() {
     );
     drop(lock);
     assert_eq!(Collection::open(&path).unwrap().len(), 12);
+}
+
+/// A shard that lost records while the collection held its store open (a
+/// program that takes no locks lowered its length) is checked again once a
+/// change to its files is seen, found shorter than the collection counted,
+/// and a read past its new length is an error, as in a shard's own reads.
+#[test]
+fn a_shard_that_lost_records_while_open_is_an_error_once_its_files_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let (records, names) = three_shards(&path);
+    let c = Collection::open(&path).unwrap();
+    let all: Vec<u64> = (0..12).collect();
+    let mut dst = [0u8; 12 * 8];
+    // The second read goes through the views of the shards.
+    for _ in 0..2 {
+        c.gather_exact(&all, &mut dst, 8).unwrap();
+    }
+    // Shard 1's length goes from 4 to 3, written to its `meta.zr`.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path.join(&names[1]).join(META_FILE_NAME))
+        .unwrap()
+        .write_all_at(&3u32.to_le_bytes(), LENGTH_OFFSET as u64)
+        .unwrap();
+    let mut one = [0u8; 8];
+    let err = c.gather_exact(&[7], &mut one, 8).unwrap_err();
+    assert!(
+        matches!(&err, Error::IndexOutOfRange { path, index: 3, len: 3 } if path.ends_with(&names[1])),
+        "{err}"
+    );
+    c.gather_exact(&[8], &mut one, 8).unwrap();
+    assert_eq!(one, records[8]);
 }
 
 /// A shard that lost records since the collection was opened (a program

@@ -1,7 +1,9 @@
 //! A handle inherited by a forked child: it reads, and refuses every write
 //! at once, never sharing its parent's locks and never waiting on a mutex
-//! that a parent thread held at the fork. One test in a binary of its own,
-//! so that no other test's threads are running when it forks.
+//! that a parent thread held at the fork; an inherited collection checks
+//! its shards' files at every read, as the parent's watches tell the child
+//! nothing. One test in a binary of its own, so that no other test's
+//! threads are running when it forks.
 
 #![cfg(unix)]
 
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{opts, read_all};
-use zrecord::{Codec, Error, Store};
+use zrecord::{Codec, Collection, CollectionWriter, Error, ShardLimits, Store, StoreOptions};
 
 /// Runs `child` in a forked child, which exits 0 when it returns true; the
 /// child is killed by SIGALRM if it takes more than 20 s (a hang).
@@ -68,13 +70,52 @@ fn a_forked_child_reads_its_inherited_handle_and_refuses_every_write() {
             n
         })
     };
+    // A collection of three shards of four 32-byte records, read twice, so
+    // that the parent reads it through its shards' views.
+    let collection_path = dir.path().join("c");
+    let limits = ShardLimits {
+        max_records: 4,
+        ..ShardLimits::default()
+    };
+    let mut writer =
+        CollectionWriter::new(&collection_path, &StoreOptions::default(), limits).unwrap();
+    let records: Vec<[u8; 32]> = (0..12u8).map(|i| [i; 32]).collect();
+    let refs: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
+    writer.append(&refs, &opts(Codec::Raw)).unwrap();
+    writer.publish().unwrap();
+    let second_shard = collection_path.join(&writer.shards()[1]);
+    let collection = Collection::open(&collection_path).unwrap();
+    let all: Vec<u64> = (0..12).collect();
+    let mut dst = vec![0u8; 12 * 32];
+    for _ in 0..2 {
+        collection.gather_exact(&all, &mut dst, 32).unwrap();
+    }
+    assert_eq!(dst, records.concat());
     std::thread::sleep(Duration::from_millis(50));
     let status = in_forked_child(|| {
         let read = read_all(&owned)[..2] == [b"one".to_vec(), b"three".to_vec()];
-        read && forked(shared.append(&[b"child"], &opts(Codec::Raw)), "append")
+        let wrote_nothing = read
+            && forked(shared.append(&[b"child"], &opts(Codec::Raw)), "append")
             && forked(owned.append(&[b"child"], &opts(Codec::Raw)), "append")
             && forked(owned.delete(&[0]), "delete")
-            && forked(owned.compact(), "compact")
+            && forked(owned.compact(), "compact");
+        // The second shard's chunk loses its records' bytes: the child's
+        // read of them fails, as no watch of the child's tells it.
+        let chunk = second_shard.join(zrecord::chunk_file_name(0));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(chunk)
+            .and_then(|f| f.set_len(16))
+            .unwrap();
+        let mut dst = [0u8; 32];
+        let refused = match collection.gather_exact(&[4], &mut dst, 32) {
+            Err(Error::CorruptRecord { .. }) => true,
+            other => {
+                eprintln!("a truncated shard read in the child: {other:?}, {dst:?}");
+                false
+            }
+        };
+        wrote_nothing && refused
     });
     stop.store(true, Ordering::Relaxed);
     let appended = appender.join().unwrap();

@@ -13,6 +13,7 @@
 pub(crate) mod manifest;
 pub(crate) mod readers_lock;
 mod shard_index;
+mod shard_views;
 
 use std::collections::VecDeque;
 use std::fs;
@@ -23,6 +24,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use crate::error::{io_error, Error, Result};
 use crate::exec::cold_reads::ColdReads;
+use crate::files::change_watch::{poll, Polled};
 use crate::files::folder::Folder;
 use crate::files::meta_file::{validate_header, META_FILE_NAME};
 use crate::files::os::{open_files_limit, read_exact_at, sync_dir};
@@ -33,6 +35,7 @@ use crate::ops::gather::{check_disjoint, check_records, gather_records, lengths,
 use crate::store::{Store, StoreOptions};
 use readers_lock::ReadersLock;
 use shard_index::ShardIndex;
+use shard_views::ShardViews;
 
 /// The shard stores a collection holds open.
 struct OpenShards {
@@ -40,6 +43,8 @@ struct OpenShards {
     stores: Vec<Option<Arc<Store>>>,
     /// The shards whose stores are open, oldest first.
     order: VecDeque<usize>,
+    /// What batches read of the open stores, and when it was taken.
+    views: ShardViews,
 }
 
 impl OpenShards {
@@ -49,7 +54,18 @@ impl OpenShards {
     fn let_go_oldest(&mut self) -> Option<usize> {
         let oldest = self.order.pop_front()?;
         self.stores[oldest] = None;
+        self.views.clear();
         Some(OPEN_SHARD_STORES.fetch_sub(1, Ordering::Relaxed) - 1)
+    }
+
+    /// Makes the views of the open stores anew, as of `polled`, those of
+    /// shards shorter than `index` says left out (`shard_views.rs`).
+    fn remake_views(&mut self, polled: &Polled, index: &ShardIndex) {
+        let open =
+            (self.stores.iter().enumerate()).filter_map(|(s, store)| Some((s, store.as_ref()?)));
+        let starts = index.starts();
+        self.views
+            .remake(polled, open, |s| starts[s + 1] - starts[s]);
     }
 }
 
@@ -207,6 +223,17 @@ impl Resolved {
     }
 }
 
+/// A read's indices resolved to the views of their shards
+/// ([`Collection::resolve_viewed`]): record `k` is record `locals[k]` of
+/// the shard of view `which[k]`, or of view `first` when `which` is `None`
+/// (a read of one shard, or of none).
+#[derive(Default)]
+struct ViewedIndices {
+    first: u32,
+    which: Option<Vec<u32>>,
+    locals: Vec<u64>,
+}
+
 /// The published shards of a collection as of its opening, read as one
 /// sequence of records: global index `g` is record `g - starts[s]` of the
 /// shard `s` whose range holds it.
@@ -303,6 +330,7 @@ impl Collection {
         let open = Arc::new(RwLock::new(OpenShards {
             stores: vec![None; names.len()],
             order: VecDeque::new(),
+            views: ShardViews::new(names.len()),
         }));
         let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
         live.retain(|open| open.strong_count() > 0);
@@ -461,6 +489,9 @@ impl Collection {
         if let Some(opened) = open.stores[s].clone() {
             return Ok(opened);
         }
+        // In the group before it can be read through a view: its changes
+        // from now on reach the views (`shard_views.rs`).
+        store.changes.join(open.views.group());
         open.stores[s] = Some(store.clone());
         open.order.push_back(s);
         let mut held = OPEN_SHARD_STORES.fetch_add(1, Ordering::Relaxed) + 1;
@@ -502,22 +533,17 @@ impl Collection {
         }
     }
 
-    /// Each index's shard and index within it, in one pass with the shards'
-    /// places kept in a scratch list of the calling thread.
-    fn resolve(&self, idxs: &[u64]) -> Result<Resolved> {
-        // Checked first, so that the loop below has no way out, and nothing
-        // to undo: it runs faster that way on a batch over few shards.
-        let len = self.len();
-        if let Some(&index) = idxs.iter().find(|&&index| index >= len) {
-            return Err(self.out_of_range(index));
-        }
+    /// Each index's shard and index within it, the indices all below the
+    /// length, in one pass with the shards' places kept in a scratch list of
+    /// the calling thread.
+    fn resolve(&self, idxs: &[u64]) -> Resolved {
         if self.names.len() == 1 {
             // The first shard's indices are the collection's.
-            return Ok(Resolved {
+            return Resolved {
                 shards: if idxs.is_empty() { vec![] } else { vec![0] },
                 which: None,
                 locals: idxs.to_vec(),
-            });
+            };
         }
         SHARD_PLACES.with_borrow_mut(|places| {
             if places.len() < self.names.len() {
@@ -548,12 +574,85 @@ impl Collection {
             }
             // A read of one shard (consecutive indices, mostly) reads it
             // as a store's own read does, with no shard to look up a record.
-            Ok(Resolved {
+            Resolved {
                 which: (shards.len() > 1).then_some(which),
                 shards,
                 locals,
-            })
+            }
         })
+    }
+
+    /// The indices `idxs` (all below the length) resolved to the views of
+    /// their shards; `None` when a shard of the batch has no view.
+    fn resolve_viewed(&self, idxs: &[u64], views: &ShardViews) -> Option<ViewedIndices> {
+        let Some(&first) = idxs.first() else {
+            return Some(ViewedIndices::default());
+        };
+        if self.names.len() == 1 {
+            // The first shard's indices are the collection's.
+            return Some(ViewedIndices {
+                first: views.place(0)?,
+                which: None,
+                locals: idxs.to_vec(),
+            });
+        }
+        let starts = self.index.starts();
+        let first = views.place(self.index.shard_of(first))?;
+        let mut which = Vec::with_capacity(idxs.len());
+        let mut locals = Vec::with_capacity(idxs.len());
+        let mut one = true;
+        for &index in idxs {
+            let s = self.index.shard_of(index);
+            let place = views.place(s)?;
+            one &= place == first;
+            which.push(place);
+            locals.push(index - starts[s]);
+        }
+        Some(ViewedIndices {
+            first,
+            which: (!one).then_some(which),
+            locals,
+        })
+    }
+
+    /// Runs `read` once on the whole batch `idxs` (all below the length)
+    /// through the views of its shards (`shard_views.rs`), remade first
+    /// when a change was seen since they were made; `None` when a shard of
+    /// the batch has none.
+    fn read_viewed(
+        &self,
+        idxs: &[u64],
+        read: &mut impl FnMut(&Sources<'_>, Option<&[usize]>) -> Result<()>,
+    ) -> Option<Result<()>> {
+        let polled = poll();
+        let mut open = self.read_open();
+        if !open.views.current(&polled)? {
+            drop(open);
+            self.write_open().remake_views(&polled, &self.index);
+            open = self.read_open();
+            // Changed again meanwhile: this batch checks as a store does.
+            if open.views.current(&polled) != Some(true) {
+                return None;
+            }
+        }
+        let resolved = self.resolve_viewed(idxs, &open.views)?;
+        let views = open.views.views();
+        let sources = match &resolved.which {
+            Some(which) => Sources::viewed(views, Some(which), &resolved.locals),
+            // A batch of one shard reads it as one store, its view alone.
+            None => {
+                let first = resolved.first as usize;
+                let view = views.get(first..first + 1).unwrap_or_default();
+                Sources::viewed(view, None, &resolved.locals)
+            }
+        };
+        let result = read(&sources, None);
+        let outdated = sources.views_outdated();
+        drop(open);
+        if outdated {
+            self.write_open().remake_views(&polled, &self.index);
+        }
+        Some(result)
     }
 
     /// Runs `read` on the records `idxs`, the shards they are in open while
@@ -568,7 +667,16 @@ impl Collection {
         idxs: &[u64],
         mut read: impl FnMut(&Sources<'_>, Option<&[usize]>) -> Result<()>,
     ) -> Result<()> {
-        let resolved = self.resolve(idxs)?;
+        // Checked first, so that the loops that resolve have no way out,
+        // and nothing to undo: they run faster that way.
+        let len = self.len();
+        if let Some(&index) = idxs.iter().find(|&&index| index >= len) {
+            return Err(self.out_of_range(index));
+        }
+        if let Some(result) = self.read_viewed(idxs, &mut read) {
+            return result;
+        }
+        let resolved = self.resolve(idxs);
         {
             let open = self.read_open();
             let stores: Option<Vec<&Store>> = resolved
@@ -577,14 +685,8 @@ impl Collection {
                 .map(|&s| open.stores[s].as_deref())
                 .collect();
             if let Some(stores) = stores {
-                return read(
-                    &Sources {
-                        stores,
-                        which: resolved.which.as_deref(),
-                        locals: &resolved.locals,
-                    },
-                    None,
-                );
+                let which = resolved.which.as_deref();
+                return read(&Sources::listed(stores, which, &resolved.locals), None);
             }
         }
         for first in (0..resolved.shards.len()).step_by(GROUP_SHARDS) {
@@ -601,11 +703,8 @@ impl Collection {
                 .map(|&k| resolved.which(k) - first as u32)
                 .collect();
             let locals: Vec<u64> = at.iter().map(|&k| resolved.locals[k]).collect();
-            let sources = Sources {
-                stores: held.iter().map(|store| &**store).collect(),
-                which: Some(&which),
-                locals: &locals,
-            };
+            let stores = held.iter().map(|store| &**store).collect();
+            let sources = Sources::listed(stores, Some(&which), &locals);
             read(&sources, Some(&at))?;
         }
         Ok(())

@@ -23,7 +23,7 @@
 //! (the child has its own instance; the parent's watches are not its own).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// What a read must check of a store's files, after [`poll`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +47,19 @@ pub(crate) struct Changes {
     checked: AtomicU64,
     /// Some file of the store has no watch.
     unwatched: AtomicBool,
+    /// The groups the store is in, told of its changes after it.
+    groups: Mutex<Vec<Arc<ChangeGroup>>>,
+}
+
+/// The change count of a group of stores (a collection's open shards),
+/// raised after any of theirs is: a read of many of them learns from this
+/// one count that none changed since they were all checked, instead of
+/// asking each ([`Changes::to_check`]).
+pub(crate) struct ChangeGroup {
+    /// The process's watcher when the group was made (0: none).
+    watcher: u64,
+    /// Changes seen in the group's stores, joins and lost watches included.
+    seen: AtomicU64,
 }
 
 /// What [`poll`] found: which watcher's events are read.
@@ -63,7 +76,30 @@ impl Changes {
             seen: AtomicU64::new(1),
             checked: AtomicU64::new(0),
             unwatched: AtomicBool::new(false),
+            groups: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Puts the store in `group`, counting the joining as a change of the
+    /// group. A change the store saw before it joined is left to the
+    /// store's own count, which a check of its files reads.
+    pub(crate) fn join(&self, group: &Arc<ChangeGroup>) {
+        self.groups().push(group.clone());
+        group.changed();
+    }
+
+    fn groups(&self) -> std::sync::MutexGuard<'_, Vec<Arc<ChangeGroup>>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells the store's groups of a change, after the store's own count
+    /// took it: a reader that sees the group's count raised and then checks
+    /// the store sees the store's raised too.
+    #[cfg(target_os = "linux")]
+    fn tell_groups(&self) {
+        for group in self.groups().iter() {
+            group.changed();
+        }
     }
 
     /// Watches the open `file` for changes, or marks the store unwatched
@@ -101,11 +137,34 @@ impl Changes {
     #[cfg(target_os = "linux")]
     fn changed(&self) {
         self.seen.fetch_add(1, Ordering::AcqRel);
+        self.tell_groups();
     }
 
     #[cfg(target_os = "linux")]
     fn lost_watch(&self) {
         self.unwatched.store(true, Ordering::Release);
+        self.tell_groups();
+    }
+}
+
+impl ChangeGroup {
+    pub(crate) fn new() -> Arc<ChangeGroup> {
+        Arc::new(ChangeGroup {
+            watcher: imp::watcher_id(),
+            seen: AtomicU64::new(0),
+        })
+    }
+
+    /// The group's count as of `polled`, or `None` when its stores' changes
+    /// reach it from no watcher this process reads: without one, or in a
+    /// forked child, where the watcher is another (see the module's notes).
+    pub(crate) fn count(&self, polled: &Polled) -> Option<u64> {
+        (self.watcher != 0 && self.watcher == polled.watcher)
+            .then(|| self.seen.load(Ordering::Acquire))
+    }
+
+    fn changed(&self) {
+        self.seen.fetch_add(1, Ordering::AcqRel);
     }
 }
 

@@ -39,6 +39,13 @@ pub(crate) struct RecordTable<'a> {
     _meta: PhantomData<&'a MetaFile>,
 }
 
+// SAFETY: a table is a shared borrow of a `MetaFile`, which is `Sync`, and
+// reads only entries, as the `MetaFile` does (a batch's threads share a
+// collection's tables: `collection/shard_views.rs`).
+unsafe impl Send for RecordTable<'_> {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for RecordTable<'_> {}
+
 impl RecordTable<'_> {
     /// Table entry `index`, which must be below `MAX_RECORDS`.
     pub fn entry(&self, index: usize) -> RecordLoc {

@@ -7,8 +7,10 @@
 //! ([`crate::exec::shard_crew`]) share out; each decodes from the chunk mappings
 //! directly into its part of the destination, with its own coder scratch.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -136,30 +138,91 @@ impl SharedDst {
 }
 
 /// Where a batch's records come from: record `k` of the batch is record
-/// `locals[k]` of `stores[which[k]]` (of `stores[0]` when `which` is
-/// `None`). A collection's batch names the shards it reads, each once.
+/// `locals[k]` of store `which[k]` of `stores` (of the first when `which`
+/// is `None`).
 pub(crate) struct Sources<'a> {
-    pub(crate) stores: Vec<&'a Store>,
-    pub(crate) which: Option<&'a [u32]>,
-    pub(crate) locals: &'a [u64],
+    stores: Stores<'a>,
+    which: Option<&'a [u32]>,
+    locals: &'a [u64],
+    /// Set when a record took its store's own path although the store
+    /// could have given its bytes as a view does: the views are older than
+    /// the store's marks or chunks (see [`Sources::views_outdated`]).
+    outdated: AtomicBool,
+}
+
+/// The stores of a batch's [`Sources`].
+enum Stores<'a> {
+    /// Each store the batch reads, once: the batch checks their files and
+    /// takes their views itself.
+    Listed(Vec<&'a Store>),
+    /// Views of stores made when their files last passed the checks a
+    /// batch makes, with no change to the files seen since: a collection's
+    /// open shards (`collection/shard_views.rs`). The batch takes them as
+    /// they are.
+    Viewed(&'a [StoreView<'a>]),
+}
+
+impl<'a> Sources<'a> {
+    /// Records `locals` of the stores `stores`, record `k` of store
+    /// `which[k]` (of the first when `which` is `None`), each store listed
+    /// once.
+    pub(crate) fn listed(
+        stores: Vec<&'a Store>,
+        which: Option<&'a [u32]>,
+        locals: &'a [u64],
+    ) -> Sources<'a> {
+        Sources::new(Stores::Listed(stores), which, locals)
+    }
+
+    /// Records `locals` of the stores of `views`, record `k` of the store
+    /// of `views[which[k]]` (of the first when `which` is `None`). The
+    /// views' files must have passed the checks of [`Store::check_files`]
+    /// with no change seen since, and each of `locals` must have been below
+    /// its store's length then (see [`Sources::viewed_entries`]).
+    pub(crate) fn viewed(
+        views: &'a [StoreView<'a>],
+        which: Option<&'a [u32]>,
+        locals: &'a [u64],
+    ) -> Sources<'a> {
+        Sources::new(Stores::Viewed(views), which, locals)
+    }
+
+    fn new(stores: Stores<'a>, which: Option<&'a [u32]>, locals: &'a [u64]) -> Sources<'a> {
+        Sources {
+            stores,
+            which,
+            locals,
+            outdated: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a record of a viewed batch took its store's own path where
+    /// a view made now would have given its bytes: its views are outdated
+    /// (the store checked records or opened its first chunk since).
+    pub(crate) fn views_outdated(&self) -> bool {
+        self.outdated.load(Ordering::Relaxed)
+    }
 }
 
 impl Sources<'_> {
     fn store(&self, k: usize) -> &Store {
-        self.stores[self.which(k)]
+        match &self.stores {
+            Stores::Listed(stores) => stores[self.which(k)],
+            Stores::Viewed(views) => views[self.which(k)].store,
+        }
     }
 
     fn which(&self, k: usize) -> usize {
         self.which.map_or(0, |which| which[k] as usize)
     }
 
-    /// Each store's [`ReadyChunk`], looked up once for the batch, after its
-    /// files were checked (`locate`).
-    fn ready_chunks(&self) -> Vec<Option<ReadyChunk<'_>>> {
-        self.stores
-            .iter()
-            .map(|store| store.ready_chunk())
-            .collect()
+    /// Each store's [`StoreView`]: a listed store's, taken now, once for
+    /// the batch, after its files were checked (`locate`).
+    fn views(&self) -> Cow<'_, [StoreView<'_>]> {
+        match &self.stores {
+            Stores::Listed(stores) => stores.iter().map(|store| store.view()).collect(),
+            Stores::Viewed(views) => Cow::Borrowed(views),
+        }
     }
 
     /// For each position of `range`, the stored bytes of its record when a
@@ -168,23 +231,32 @@ impl Sources<'_> {
     /// record's store. A batch over many shards reaches each record through
     /// a different store, whose chunk table, mapping and checksum marks are
     /// rarely still in the CPU's caches; so a record in a store's first
-    /// chunk is found through that store's `chunks` entry (a few cache
+    /// chunk is found through that store's entry of `views` (a few cache
     /// lines for the whole batch) instead of the store's own chain of
-    /// pointers, looked up again for every record.
+    /// pointers, looked up again for every record. A record of a viewed
+    /// batch that the store could give where its view could not marks the
+    /// views outdated ([`Sources::views_outdated`]).
     fn ready<'s>(
         &'s self,
         locs: &[RecordLoc],
         range: Range<usize>,
-        chunks: &[Option<ReadyChunk<'s>>],
+        views: &[StoreView<'s>],
     ) -> Vec<Option<&'s [u8]>> {
+        let viewed = matches!(self.stores, Stores::Viewed(_));
         range
             .map(|k| {
                 let (index, loc) = (self.locals[k], &locs[k]);
-                chunks[self.which(k)]
-                    .as_ref()
+                let chunk = views[self.which(k)].chunk.as_ref();
+                chunk
                     .filter(|_| loc.chunk_id == 0)
                     .and_then(|chunk| chunk.ready_bytes(index, loc))
-                    .unwrap_or_else(|| self.store(k).ready_bytes(index, loc))
+                    .unwrap_or_else(|| {
+                        let bytes = self.store(k).ready_bytes(index, loc);
+                        if viewed && chunk.is_none() && loc.chunk_id == 0 && bytes.is_some() {
+                            self.outdated.store(true, Ordering::Relaxed);
+                        }
+                        bytes
+                    })
             })
             .collect()
     }
@@ -238,7 +310,7 @@ impl Sources<'_> {
         // (chunk, end, position) of the record that ends last: per store
         // in the first chunk it reads, and in `others` for further chunks
         // (a store bigger than one chunk file).
-        let mut firsts: Vec<Option<(u16, u64, usize)>> = vec![None; self.stores.len()];
+        let mut firsts: Vec<Option<(u16, u64, usize)>> = vec![None; looks.len()];
         let mut others: Vec<(usize, (u16, u64, usize))> = Vec::new();
         // An empty record reads no byte, wherever its offset points.
         let looked_at =
@@ -270,32 +342,35 @@ impl Sources<'_> {
         let lasts = lasts
             .filter_map(|(w, first)| Some((w, first?)))
             .chain(others);
-        for (w, (_, _, k)) in lasts {
-            self.stores[w].check_chunk_size(self.locals[k], &locs[k])?;
+        for (_, (_, _, k)) in lasts {
+            self.store(k).check_chunk_size(self.locals[k], &locs[k])?;
         }
         Ok(locs)
     }
 
-    /// Checks every store's files (once, as of one [`poll`]: see
+    /// Checks every listed store's files (once, as of one [`poll`]: see
     /// [`Store::check_files`]) and reads each record's entry, failing on an
     /// index past its store's length. Returns the entries, in batch order,
-    /// and whether each store's chunk files must be looked at.
+    /// and whether each listed store's chunk files must be looked at.
     fn entries(&self) -> Result<(Vec<RecordLoc>, Vec<bool>)> {
+        let stores = match &self.stores {
+            Stores::Listed(stores) => stores,
+            Stores::Viewed(views) => return Ok((self.viewed_entries(views), Vec::new())),
+        };
         let polled = poll();
-        let looks = (self.stores.iter())
+        let looks = (stores.iter())
             .map(|store| store.check_files(&polled))
             .collect::<Result<Vec<bool>>>()?;
         // Read after every store's files were checked, in a loop of loads
         // alone: over many shards, one cache miss each, which overlap.
-        let (lens, tables): (Vec<u32>, Vec<RecordTable<'_>>) = self
-            .stores
+        let (lens, tables): (Vec<u32>, Vec<RecordTable<'_>>) = stores
             .iter()
             .map(|store| (store.meta.length(), store.meta.table()))
             .unzip();
         let mut locs = Vec::with_capacity(self.locals.len());
         let Some(which) = self.which else {
             // A read of no records reads no store (a collection's lists none).
-            let (Some(&store), Some(&len)) = (self.stores.first(), lens.first()) else {
+            let (Some(&store), Some(&len)) = (stores.first(), lens.first()) else {
                 return Ok((locs, looks));
             };
             if let Some(&bad) = self.locals.iter().find(|&&i| i >= len as u64) {
@@ -306,12 +381,25 @@ impl Sources<'_> {
         };
         let pairs = self.locals.iter().zip(which);
         if let Some((&bad, &w)) = pairs.clone().find(|&(&i, &w)| i >= lens[w as usize] as u64) {
-            return Err(self.stores[w as usize].out_of_range(bad, lens[w as usize]));
+            return Err(stores[w as usize].out_of_range(bad, lens[w as usize]));
         }
         // Checked first, read in a loop of loads alone: the entries' cache
         // misses overlap.
         locs.extend(pairs.map(|(&i, &w)| tables[w as usize].entry(i as usize)));
         Ok((locs, looks))
+    }
+
+    /// [`Sources::entries`] of a viewed batch: each record's entry, read
+    /// from its view's table. Neither the files nor the lengths are looked
+    /// at: the views were made when the files last passed their checks,
+    /// and each store's length was checked then to hold the indices the
+    /// batch may ask of it (`collection/shard_views.rs`; only a delete
+    /// shortens a store, and a delete waits for the collection's readers,
+    /// `collection/readers_lock.rs`).
+    fn viewed_entries(&self, views: &[StoreView<'_>]) -> Vec<RecordLoc> {
+        (0..self.locals.len())
+            .map(|k| views[self.which(k)].table.entry(self.locals[k] as usize))
+            .collect()
     }
 }
 
@@ -405,9 +493,9 @@ fn copy_records(
     let shared = SharedDst {
         ptr: dst.as_mut_ptr(),
     };
-    let chunks = src.ready_chunks();
+    let views = src.views();
     let block = |range: Range<usize>| -> Result<()> {
-        let ready = src.ready(locs, range.clone(), &chunks);
+        let ready = src.ready(locs, range.clone(), &views);
         for (r, k) in range.enumerate() {
             prefetch_ahead(&ready, r);
             let loc = locs[k];
@@ -520,7 +608,7 @@ impl Store {
         };
         let dst_len = dst.len();
         let raw_copy = RawCopy::for_batch(dst_len);
-        let chunks = src.ready_chunks();
+        let views = src.views();
         // A run of records writes their slots, the last one up to the end
         // of `dst`.
         let block = |range: Range<usize>| -> Result<()> {
@@ -530,7 +618,7 @@ impl Store {
             // ranges of `dst`, all inside it (checked above); `dst` is
             // borrowed mutably for the whole call.
             let dst = unsafe { shared.slot(base, end - base) };
-            let ready = src.ready(&locs, range.clone(), &chunks);
+            let ready = src.ready(&locs, range.clone(), &views);
             for (r, k) in range.enumerate() {
                 prefetch_ahead(&ready, r);
                 let loc = locs[k];
@@ -652,11 +740,7 @@ impl Store {
 
     /// Records `idxs` of this store, as a batch's sources.
     pub(crate) fn sources<'a>(&'a self, idxs: &'a [u64]) -> Sources<'a> {
-        Sources {
-            stores: vec![self],
-            which: None,
-            locals: idxs,
-        }
+        Sources::listed(vec![self], None, idxs)
     }
 
     /// Asks the kernel for the stored bytes of `locs` ahead of reading them
@@ -734,6 +818,17 @@ impl Store {
         self.chunks
             .get_opened(loc.chunk_id)?
             .read_known(loc.offset, loc.phys_length)
+    }
+
+    /// What a batch reads of this store, taken now: after its files were
+    /// checked ([`Store::check_files`]), so that its first chunk is seen as
+    /// long as the check found it.
+    pub(crate) fn view(&self) -> StoreView<'_> {
+        StoreView {
+            store: self,
+            table: self.meta.table(),
+            chunk: self.ready_chunk(),
+        }
     }
 
     /// The store's first chunk as [`Sources::ready`] reads it, when that
@@ -837,10 +932,23 @@ fn only_decoded(loc: &RecordLoc) -> bool {
     loc.phys_length > 0 && loc.logic_length as usize <= V1_MAX_RECORD_LEN
 }
 
+/// What a batch reads of a store, taken once rather than looked up through
+/// the store for each record: the store, its record table, and its first
+/// chunk's [`ReadyChunk`]. A batch over many shards reaches each record
+/// through a different store, whose own fields are rarely still in the
+/// CPU's caches.
+#[derive(Clone, Copy)]
+pub(crate) struct StoreView<'a> {
+    store: &'a Store,
+    table: RecordTable<'a>,
+    chunk: Option<ReadyChunk<'a>>,
+}
+
 /// What [`Sources::ready`] needs of a store's first chunk (chunk 0, where
 /// a store's records are until it outgrows one chunk file), taken once for
 /// a batch: the chunk's bytes known to be in its file, and the store's
 /// marks of checked records when gathers check records.
+#[derive(Clone, Copy)]
 struct ReadyChunk<'a> {
     known: &'a [u8],
     marks: Option<FirstMarks<'a>>,
