@@ -7,8 +7,8 @@
 //! misses into another store. The collection instead keeps one array of
 //! views of its open shards, made when their files last passed the checks
 //! a batch makes and each still held the records the collection counted
-//! ([`ShardViews::remake`]). Every open shard's store is in
-//! the collection's [`ChangeGroup`], whose count rises with any change the
+//! ([`ShardViews::remake`]). Every open shard's store is in the
+//! collection's [`ChangeGroup`], whose count rises with any change the
 //! process's watches see in their files (`files/change_watch.rs`): a batch
 //! that finds the count where it was when the views were made reads through
 //! them without a look at any store, and otherwise has them remade first.
@@ -30,8 +30,9 @@ pub(super) struct ShardViews {
     group: Arc<ChangeGroup>,
     /// The group's count when the views were made; `None` before.
     made_at: Option<u64>,
-    /// The views, in no order. Each borrows from the store beside it in
-    /// `stores`, which is held as long as the view is kept.
+    /// The views, in the order of their shards. Each borrows from the
+    /// store beside it in `stores`, which is held as long as the view is
+    /// kept.
     views: Vec<StoreView<'static>>,
     stores: Vec<Arc<Store>>,
     /// The shard each view is of.
