@@ -627,6 +627,16 @@ impl Collection {
         let polled = poll();
         let mut open = self.read_open();
         if !open.views.current(&polled)? {
+            // Made again only for a batch they could then read: over more
+            // shards than stay open, most batches open some, and a remaking
+            // looks at every open store.
+            let open_stores = &open.stores;
+            if !idxs
+                .iter()
+                .all(|&index| open_stores[self.index.shard_of(index)].is_some())
+            {
+                return None;
+            }
             drop(open);
             self.write_open().remake_views(&polled, &self.index);
             open = self.read_open();
