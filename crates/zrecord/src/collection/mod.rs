@@ -63,9 +63,7 @@ impl OpenShards {
     fn remake_views(&mut self, polled: &Polled, index: &ShardIndex) {
         let open =
             (self.stores.iter().enumerate()).filter_map(|(s, store)| Some((s, store.as_ref()?)));
-        let starts = index.starts();
-        self.views
-            .remake(polled, open, |s| starts[s + 1] - starts[s]);
+        self.views.remake(polled, open, |s| index.shard_len(s));
     }
 }
 
@@ -475,7 +473,7 @@ impl Collection {
         );
         // Appends since the opening are past the index and harmless; a
         // delete moved records (docs/FORMAT.md, "Collections").
-        let expected = self.index.starts()[s + 1] - self.index.starts()[s];
+        let expected = self.index.shard_len(s);
         let found = store.len() as u64;
         if found < expected {
             return Err(Error::ShardChanged {
@@ -617,16 +615,16 @@ impl Collection {
 
     /// Runs `read` once on the whole batch `idxs` (all below the length)
     /// through the views of its shards (`shard_views.rs`), remade first
-    /// when a change was seen since they were made; `None` when a shard of
-    /// the batch has none.
+    /// when a change was seen (as of `polled`) since they were made; `None`
+    /// when a shard of the batch has none.
     fn read_viewed(
         &self,
         idxs: &[u64],
+        polled: &Polled,
         read: &mut impl FnMut(&Sources<'_>, Option<&[usize]>) -> Result<()>,
     ) -> Option<Result<()>> {
-        let polled = poll();
         let mut open = self.read_open();
-        if !open.views.current(&polled)? {
+        if !open.views.current(polled)? {
             // Made again only for a batch they could then read: over more
             // shards than stay open, most batches open some, and a remaking
             // looks at every open store.
@@ -638,10 +636,10 @@ impl Collection {
                 return None;
             }
             drop(open);
-            self.write_open().remake_views(&polled, &self.index);
+            self.write_open().remake_views(polled, &self.index);
             open = self.read_open();
             // Changed again meanwhile: this batch checks as a store does.
-            if open.views.current(&polled) != Some(true) {
+            if open.views.current(polled) != Some(true) {
                 return None;
             }
         }
@@ -660,7 +658,7 @@ impl Collection {
         let outdated = sources.views_outdated();
         drop(open);
         if outdated {
-            self.write_open().remake_views(&polled, &self.index);
+            self.write_open().remake_views(polled, &self.index);
         }
         Some(result)
     }
@@ -683,7 +681,10 @@ impl Collection {
         if let Some(&index) = idxs.iter().find(|&&index| index >= len) {
             return Err(self.out_of_range(index));
         }
-        if let Some(result) = self.read_viewed(idxs, &mut read) {
+        // One look at the files' changes for the whole read, whichever way
+        // it goes.
+        let polled = poll();
+        if let Some(result) = self.read_viewed(idxs, &polled, &mut read) {
             return result;
         }
         let resolved = self.resolve(idxs);
@@ -696,7 +697,8 @@ impl Collection {
                 .collect();
             if let Some(stores) = stores {
                 let which = resolved.which.as_deref();
-                return read(&Sources::listed(stores, which, &resolved.locals), None);
+                let sources = Sources::listed(stores, which, &resolved.locals, polled);
+                return read(&sources, None);
             }
         }
         for first in (0..resolved.shards.len()).step_by(GROUP_SHARDS) {
@@ -714,7 +716,7 @@ impl Collection {
                 .collect();
             let locals: Vec<u64> = at.iter().map(|&k| resolved.locals[k]).collect();
             let stores = held.iter().map(|store| &**store).collect();
-            let sources = Sources::listed(stores, Some(&which), &locals);
+            let sources = Sources::listed(stores, Some(&which), &locals, polled);
             read(&sources, Some(&at))?;
         }
         Ok(())

@@ -56,6 +56,11 @@ impl ShardIndex {
         &self.starts
     }
 
+    /// The number of records of shard `s`.
+    pub(crate) fn shard_len(&self, s: usize) -> u64 {
+        self.starts[s + 1] - self.starts[s]
+    }
+
     pub(crate) fn len(&self) -> u64 {
         self.starts[self.starts.len() - 1]
     }
@@ -87,6 +92,9 @@ mod tests {
             prop_oneof![Just(0u64), 1u64..5, 1u64..2000], 0..40)) {
             let index = ShardIndex::new(lengths.iter().copied());
             prop_assert_eq!(index.len(), lengths.iter().sum::<u64>());
+            for (s, &length) in lengths.iter().enumerate() {
+                prop_assert_eq!(index.shard_len(s), length);
+            }
             for i in 0..index.len() {
                 let s = index.shard_of(i);
                 prop_assert!(index.starts()[s] <= i && i < index.starts()[s + 1]);

@@ -63,6 +63,7 @@ pub(crate) struct ChangeGroup {
 }
 
 /// What [`poll`] found: which watcher's events are read.
+#[derive(Clone, Copy)]
 pub(crate) struct Polled {
     watcher: u64,
 }

@@ -152,9 +152,12 @@ pub(crate) struct Sources<'a> {
 
 /// The stores of a batch's [`Sources`].
 enum Stores<'a> {
-    /// Each store the batch reads, once: the batch checks their files and
-    /// takes their views itself.
-    Listed(Vec<&'a Store>),
+    /// Each store the batch reads, once: the batch checks their files, as
+    /// of `polled`, and takes their views itself.
+    Listed {
+        stores: Vec<&'a Store>,
+        polled: Polled,
+    },
     /// Views of stores made when their files last passed the checks a
     /// batch makes, with no change to the files seen since: a collection's
     /// open shards (`collection/shard_views.rs`). The batch takes them as
@@ -165,13 +168,15 @@ enum Stores<'a> {
 impl<'a> Sources<'a> {
     /// Records `locals` of the stores `stores`, record `k` of store
     /// `which[k]` (of the first when `which` is `None`), each store listed
-    /// once.
+    /// once; their files are checked as of `polled` (one [`poll`] for a
+    /// whole read).
     pub(crate) fn listed(
         stores: Vec<&'a Store>,
         which: Option<&'a [u32]>,
         locals: &'a [u64],
+        polled: Polled,
     ) -> Sources<'a> {
-        Sources::new(Stores::Listed(stores), which, locals)
+        Sources::new(Stores::Listed { stores, polled }, which, locals)
     }
 
     /// Records `locals` of the stores of `views`, record `k` of the store
@@ -207,7 +212,7 @@ impl<'a> Sources<'a> {
 impl Sources<'_> {
     fn store(&self, k: usize) -> &Store {
         match &self.stores {
-            Stores::Listed(stores) => stores[self.which(k)],
+            Stores::Listed { stores, .. } => stores[self.which(k)],
             Stores::Viewed(views) => views[self.which(k)].store,
         }
     }
@@ -220,7 +225,7 @@ impl Sources<'_> {
     /// the batch, after its files were checked (`locate`).
     fn views(&self) -> Cow<'_, [StoreView<'_>]> {
         match &self.stores {
-            Stores::Listed(stores) => stores.iter().map(|store| store.view()).collect(),
+            Stores::Listed { stores, .. } => stores.iter().map(|store| store.view()).collect(),
             Stores::Viewed(views) => Cow::Borrowed(views),
         }
     }
@@ -348,18 +353,17 @@ impl Sources<'_> {
         Ok(locs)
     }
 
-    /// Checks every listed store's files (once, as of one [`poll`]: see
-    /// [`Store::check_files`]) and reads each record's entry, failing on an
+    /// Checks every listed store's files (once, as of the read's [`poll`]:
+    /// see [`Store::check_files`]) and reads each record's entry, failing on an
     /// index past its store's length. Returns the entries, in batch order,
     /// and whether each listed store's chunk files must be looked at.
     fn entries(&self) -> Result<(Vec<RecordLoc>, Vec<bool>)> {
-        let stores = match &self.stores {
-            Stores::Listed(stores) => stores,
+        let (stores, polled) = match &self.stores {
+            Stores::Listed { stores, polled } => (stores, polled),
             Stores::Viewed(views) => return Ok((self.viewed_entries(views), Vec::new())),
         };
-        let polled = poll();
         let looks = (stores.iter())
-            .map(|store| store.check_files(&polled))
+            .map(|store| store.check_files(polled))
             .collect::<Result<Vec<bool>>>()?;
         // Read after every store's files were checked, in a loop of loads
         // alone: over many shards, one cache miss each, which overlap.
@@ -740,7 +744,7 @@ impl Store {
 
     /// Records `idxs` of this store, as a batch's sources.
     pub(crate) fn sources<'a>(&'a self, idxs: &'a [u64]) -> Sources<'a> {
-        Sources::listed(vec![self], None, idxs)
+        Sources::listed(vec![self], None, idxs, poll())
     }
 
     /// Asks the kernel for the stored bytes of `locs` ahead of reading them
