@@ -15,7 +15,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{noise, opts, Rng};
+use common::{
+    assert_split_batches_are_checked_whole, noise, opts, samples_with_two_short, Rng, SAMPLE_LEN,
+};
 use zrecord::layout::{manifest_name, LENGTH_OFFSET};
 use zrecord::{
     Checksums, Codec, Collection, CollectionWriter, Error, ShardLimits, Store, StoreOptions,
@@ -657,6 +659,33 @@ fn a_bad_shard_among_many_fails_the_batch_first_in_order_and_writes_nothing() {
         other => panic!("{other}"),
     }
     assert!(dst.iter().all(|&b| b == 7), "a refused batch wrote bytes");
+}
+
+/// A batch over many shards split over the shard crew is checked whole,
+/// shard by shard, before any run is copied, through the shards' views
+/// (the second round) as through their stores (the first).
+#[test]
+fn an_exact_batch_with_a_short_record_in_a_late_shard_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let model = samples_with_two_short(&mut Rng(12));
+    let refs: Vec<&[u8]> = model.iter().map(Vec::as_slice).collect();
+    let mut w = writer(&path, limits(8, 1 << 20));
+    w.append(&refs, &opts(Codec::Raw)).unwrap();
+    w.publish().unwrap();
+    let c = Collection::open(&path).unwrap();
+    let names: Vec<String> = c.shard_names().map(str::to_owned).collect();
+    let gather = |idxs: &[u64], dst: &mut [u8]| c.gather_exact(idxs, dst, SAMPLE_LEN);
+    // Record 40 is record 0 of shard 5, record 60 is record 4 of shard 7.
+    let refused = |err: &Error, record: u64| {
+        let (shard, local) = (record / 8, record % 8);
+        matches!(err, Error::InvalidArgument { path, reason }
+            if path.ends_with(&names[shard as usize])
+                && reason.contains(&format!("record {local} is 4000 bytes")))
+    };
+    for _ in 0..2 {
+        assert_split_batches_are_checked_whole(gather, &model, refused);
+    }
 }
 
 /// Records 0..12 as 8-byte numbers, published in `path` as three shards of

@@ -2,7 +2,10 @@
 
 mod common;
 
-use common::{compressible, noise, opts, read_all, small_chunks, Rng};
+use common::{
+    assert_split_batches_are_checked_whole, compressible, noise, opts, read_all,
+    samples_with_two_short, small_chunks, Rng, SAMPLE_LEN,
+};
 use zrecord::layout::{
     checksum_slot_offset, entry_offset, physical_address, CHECKSUM_COVERED_LEN,
     CHECKSUM_COVERED_OFFSET, CHECKSUM_FILE_LEN, CHECKSUM_HEADER_LEN, CHECKSUM_MAGIC,
@@ -464,6 +467,22 @@ fn zstd_dict_of_large_records_is_trained_on_their_starts() {
     let noise_bytes = 300 * (16 << 10);
     assert!(stored < noise_bytes + 300 * 50, "{stored} stored bytes");
     assert_eq!(read_all(&store), recs);
+}
+
+/// A batch split over the shard crew is checked whole before any run is
+/// copied (`gather_slots_in_runs`, `ops/gather.rs`).
+#[test]
+fn an_exact_batch_with_a_short_record_in_a_late_run_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir, 1 << 20);
+    let model = samples_with_two_short(&mut Rng(11));
+    append_all(&store, &model, Codec::Raw);
+    let gather = |idxs: &[u64], dst: &mut [u8]| store.gather_exact(idxs, dst, SAMPLE_LEN);
+    let refused = |err: &zrecord::Error, record: u64| {
+        err.to_string()
+            .contains(&format!("record {record} is 4000 bytes"))
+    };
+    assert_split_batches_are_checked_whole(gather, &model, refused);
 }
 
 #[test]

@@ -24,7 +24,7 @@ use crate::ops::gather::StoreView;
 use crate::store::Store;
 
 /// In [`ShardViews::places`]: the shard has no view.
-const NO_VIEW: u32 = u32::MAX;
+pub(super) const NO_VIEW: u32 = u32::MAX;
 
 pub(super) struct ShardViews {
     group: Arc<ChangeGroup>,
@@ -126,7 +126,12 @@ impl ShardViews {
 
     /// The place in [`ShardViews::views`] of `shard`'s view, if it has one.
     pub(super) fn place(&self, shard: usize) -> Option<u32> {
-        let place = self.places[shard];
+        let place = self.place_or_none(shard);
         (place != NO_VIEW).then_some(place)
+    }
+
+    /// [`ShardViews::place`], [`NO_VIEW`] for a shard with no view.
+    pub(super) fn place_or_none(&self, shard: usize) -> u32 {
+        self.places[shard]
     }
 }

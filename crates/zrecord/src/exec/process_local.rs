@@ -7,12 +7,44 @@
 //! and installs a fresh one. Values are leaked, never freed: the parent's
 //! copy in a child refers to threads that do not exist there, so neither
 //! dropping it nor joining anything is safe.
+//!
+//! A process is told by its [`generation`], not its pid: reading the pid is
+//! a system call (glibc keeps no copy), and every gather asks for a few of
+//! these values.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 struct Owned<T> {
-    pid: u32,
+    generation: u64,
     value: T,
+}
+
+/// Which process this is, among the process and the children forked from
+/// it (and theirs): a count of the forks this process's memory has been
+/// through, raised in each child by a `pthread_atfork` handler before the
+/// child runs anything else. Where the handler cannot be registered, and
+/// off Unix, the pid (with the top bit set, so that the two never meet).
+fn generation() -> u64 {
+    static FORKS: AtomicU64 = AtomicU64::new(0);
+    static COUNTING: OnceLock<bool> = OnceLock::new();
+    let counting = *COUNTING.get_or_init(|| {
+        #[cfg(unix)]
+        {
+            extern "C" fn forked() {
+                FORKS.fetch_add(1, Ordering::Relaxed);
+            }
+            // SAFETY: registers a child handler that only adds to an
+            // atomic, which is async-signal-safe, as a fork handler must be.
+            unsafe { libc::pthread_atfork(None, None, Some(forked)) == 0 }
+        }
+        #[cfg(not(unix))]
+        false
+    });
+    match counting {
+        true => FORKS.load(Ordering::Relaxed),
+        false => 1 << 63 | u64::from(std::process::id()),
+    }
 }
 
 /// A lazily built, leaked value per process; see the module doc.
@@ -37,18 +69,18 @@ impl<T: Send + Sync + 'static> ProcessLocal<T> {
         build: impl FnOnce() -> T,
         on_install: impl FnOnce(&'static T),
     ) -> &'static T {
-        let pid = std::process::id();
+        let generation = generation();
         let current = self.installed.load(Ordering::Acquire);
         // SAFETY: an installed value is leaked, never freed, so a non-null
         // pointer stays valid for the life of the process (and of a forked
         // child, which has a copy of the memory it points at).
         if let Some(owned) = unsafe { current.as_ref() } {
-            if owned.pid == pid {
+            if owned.generation == generation {
                 return &owned.value;
             }
         }
         let fresh = Box::into_raw(Box::new(Owned {
-            pid,
+            generation,
             value: build(),
         }));
         match self
@@ -104,5 +136,38 @@ mod tests {
         });
         assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:?}");
         assert_eq!(INSTALLS.load(Ordering::SeqCst), 1);
+    }
+
+    /// A forked child, and a child of that child, each build their own
+    /// value; the parent keeps its.
+    #[cfg(unix)]
+    #[test]
+    fn each_forked_child_builds_its_own_value() {
+        static LOCAL: ProcessLocal<u32> = ProcessLocal::new();
+        /// The value `LOCAL` gives a forked child that would build
+        /// `depth`, as the child's exit status (a grandchild's when `deeper`).
+        fn in_child(depth: u32, deeper: bool) -> i32 {
+            // SAFETY: the child only reads the value, forks again at most
+            // once and leaves with `_exit`, never returning into the harness.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                let mut seen = *LOCAL.get(|| depth, |_| {}) as i32;
+                if deeper && seen == depth as i32 {
+                    seen = in_child(depth + 1, false);
+                }
+                // SAFETY: _exit takes no pointers and never returns.
+                unsafe { libc::_exit(seen) };
+            }
+            let mut status = 0;
+            // SAFETY: `status` is a valid out-pointer for the call's duration.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            assert!(libc::WIFEXITED(status), "{status}");
+            libc::WEXITSTATUS(status)
+        }
+        assert_eq!(*LOCAL.get(|| 1, |_| {}), 1);
+        assert_eq!(in_child(2, true), 3, "the grandchild's own value");
+        assert_eq!(in_child(2, false), 2, "the child's own value");
+        assert_eq!(*LOCAL.get(|| 9, |_| {}), 1, "the parent's value");
     }
 }

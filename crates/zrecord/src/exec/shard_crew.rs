@@ -53,13 +53,15 @@ pub(crate) const MAX_SHARDS: usize = 64;
 /// (bench/README.md, "Sharding").
 const HELPER_SPINS: u32 = 128;
 
-/// `spin_loop` hints a caller makes, waiting for the shards that helpers
-/// claimed, before it yields: roughly 1 to 50 µs depending on the CPU,
-/// about the time of one shard's least work (48 KiB of copy-equivalent
-/// work, `MIN_SHARD_BYTES` in `ops/gather.rs`, some 5 µs at 10 GB/s). A
-/// helper that takes longer has likely lost its core, and yielding gives
-/// the core back to it. Chosen by this reasoning, not tuned.
-const CALLER_SPINS: u32 = 1024;
+/// `spin_loop` hints a participant makes, waiting for shards that others
+/// claimed (a caller for its batch's last shards, any participant for the
+/// first step of [`run_shards_in_two_steps`]), before it yields: roughly 1
+/// to 50 µs depending on the CPU, about the time of one shard's least work
+/// (48 KiB of copy-equivalent work, `MIN_SHARD_BYTES` in `ops/gather.rs`,
+/// some 5 µs at 10 GB/s). A participant that takes longer has likely lost
+/// its core, and yielding gives the core back to it. Chosen by this
+/// reasoning, not tuned.
+const WAIT_SPINS: u32 = 1024;
 
 /// One batch being split: what each shard runs, and what went wrong.
 struct Task<'a> {
@@ -272,17 +274,59 @@ impl Crew {
         }
         while self.work() {}
         // What is left are shards that helpers claimed and are running now.
-        let mut spins = 0u32;
-        while self.done.load(Ordering::Acquire) < shards as u32 {
-            spins += 1;
-            if spins < CALLER_SPINS {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        wait_for(&self.done, shards as u32);
         self.task.store(std::ptr::null_mut(), Ordering::Relaxed);
     }
+}
+
+/// Waits until `count` reaches `target`: a count of shards that others
+/// claimed and are running now.
+fn wait_for(count: &AtomicU32, target: u32) {
+    let mut spins = 0u32;
+    while count.load(Ordering::Acquire) < target {
+        spins += 1;
+        if spins < WAIT_SPINS {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Runs `first(0..firsts)`, then `then(0..thens)`, as one batch of
+/// [`run_shards`]: no `then` shard starts before every `first` shard has
+/// finished (or panicked). Shards are claimed in order, so whoever claims a
+/// `then` shard finds every `first` shard claimed and waits only for those
+/// still running: two steps for the price of one hand-off to the crew.
+/// `firsts + thens` must not exceed [`MAX_SHARDS`].
+pub(crate) fn run_shards_in_two_steps(
+    firsts: usize,
+    thens: usize,
+    first: &(dyn Fn(usize) + Sync),
+    then: &(dyn Fn(usize) + Sync),
+) {
+    assert!(
+        firsts + thens <= MAX_SHARDS,
+        "too many shards for one batch"
+    );
+    /// Counts a first shard as finished however it ends, so that a panic
+    /// in one leaves no participant waiting for it.
+    struct Finished<'a>(&'a AtomicU32);
+    impl Drop for Finished<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Release);
+        }
+    }
+    let finished = AtomicU32::new(0);
+    run_shards(firsts + thens, &|shard| {
+        if shard < firsts {
+            let _finished = Finished(&finished);
+            first(shard);
+        } else {
+            wait_for(&finished, firsts as u32);
+            then(shard - firsts);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -290,33 +334,34 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
+    /// Runs `round(caller, round)` for `rounds` rounds on each of `callers`
+    /// threads at once, so that some find the crew busy with another's.
+    fn from_callers(callers: usize, rounds: usize, round: impl Fn(usize, usize) + Sync) {
+        std::thread::scope(|s| {
+            for caller in 0..callers {
+                let round = &round;
+                s.spawn(move || (0..rounds).for_each(|r| round(caller, r)));
+            }
+        });
+    }
+
     /// Every shard runs exactly once per call, and the call returns only
     /// after all of them have, whether the caller got the crew or found it
     /// busy with another thread's batch.
     #[test]
     fn every_shard_runs_once_before_the_call_returns() {
-        std::thread::scope(|s| {
-            for caller in 0..4usize {
-                s.spawn(move || {
-                    for round in 0..2000usize {
-                        let shards = 1 + (caller + round) % 9;
-                        let runs: Vec<AtomicUsize> =
-                            (0..shards).map(|_| AtomicUsize::new(0)).collect();
-                        run_shards(shards, &|k| {
-                            if round % 7 == 0 {
-                                std::thread::sleep(Duration::from_micros(50));
-                            }
-                            runs[k].fetch_add(1, Ordering::Relaxed);
-                        });
-                        for (k, n) in runs.iter().enumerate() {
-                            assert_eq!(
-                                n.load(Ordering::Relaxed),
-                                1,
-                                "caller {caller} round {round} shard {k}"
-                            );
-                        }
-                    }
-                });
+        from_callers(4, 2000, |caller, round| {
+            let shards = 1 + (caller + round) % 9;
+            let runs: Vec<AtomicUsize> = (0..shards).map(|_| AtomicUsize::new(0)).collect();
+            run_shards(shards, &|k| {
+                if round % 7 == 0 {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                runs[k].fetch_add(1, Ordering::Relaxed);
+            });
+            for (k, n) in runs.iter().enumerate() {
+                let at = format!("caller {caller} round {round} shard {k}");
+                assert_eq!(n.load(Ordering::Relaxed), 1, "{at}");
             }
         });
     }
@@ -357,5 +402,38 @@ mod tests {
             runs.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(runs.load(Ordering::Relaxed), 4);
+    }
+
+    /// No second-step shard starts before every first-step shard has
+    /// finished, slow or panicking, from callers that get the crew or find
+    /// it busy; the panic reaches the caller after every shard ran.
+    #[test]
+    fn the_second_step_waits_for_every_shard_of_the_first() {
+        from_callers(3, 300, |caller, round| {
+            let firsts = 1 + (caller + round) % 5;
+            let finished = AtomicUsize::new(0);
+            let early = AtomicUsize::new(0);
+            let fails = round % 10 == 3;
+            let first = |k: usize| {
+                if k + 1 == firsts {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                finished.fetch_add(1, Ordering::SeqCst);
+                if fails && k == 0 {
+                    panic!("a first shard fails");
+                }
+            };
+            let then = |_| {
+                if finished.load(Ordering::SeqCst) < firsts {
+                    early.fetch_add(1, Ordering::SeqCst);
+                }
+            };
+            let caught = catch_unwind(AssertUnwindSafe(|| {
+                run_shards_in_two_steps(firsts, 3, &first, &then)
+            }));
+            let at = format!("caller {caller} round {round}");
+            assert_eq!(caught.is_err(), fails, "{at}");
+            assert_eq!(early.load(Ordering::SeqCst), 0, "{at}");
+        });
     }
 }

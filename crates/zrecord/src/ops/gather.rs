@@ -6,16 +6,19 @@
 //! consecutive records that the caller and the shard crew
 //! ([`crate::exec::shard_crew`]) share out; each decodes from the chunk mappings
 //! directly into its part of the destination, with its own coder scratch.
+//! A batch of records of one length (a dataset's samples) is checked in the
+//! same runs, by the crew too, and copied only once every run passed
+//! ([`gather_slots_in_runs`]).
 
 use std::borrow::Cow;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::exec::cold_reads::ColdReads;
-use crate::exec::shard_crew::{participants, run_shards, MAX_SHARDS};
+use crate::exec::shard_crew::{participants, run_shards, run_shards_in_two_steps, MAX_SHARDS};
 use crate::exec::streaming_copy::RawCopy;
 use crate::files::change_watch::{poll, Check, Polled};
 use crate::files::checksum_file::ChecksumFile;
@@ -44,13 +47,18 @@ const SHARDS_PER_PARTICIPANT: usize = 2;
 /// <codec>`) ran at 5.4 GB/s raw, 1.4 LZ4 and 0.23 DEFLATE; zstd's weight
 /// sits where the benchmark puts its speed, between LZ4 and DEFLATE.
 fn work(loc: &RecordLoc) -> u64 {
-    let weight = match Codec::from_tag(loc.codec) {
+    loc.logic_length as u64 * weight(loc)
+}
+
+/// What decoding a byte of the record stored at `loc` costs, in copied
+/// bytes (see [`work`]).
+fn weight(loc: &RecordLoc) -> u64 {
+    match Codec::from_tag(loc.codec) {
         Some(Codec::Raw) => 1,
         Some(Codec::Lz4) => 4,
         Some(Codec::Zstd | Codec::ZstdDict) => 12,
         Some(Codec::Flate) | None => 24,
-    };
-    loc.logic_length as u64 * weight
+    }
 }
 
 /// How many records ahead of the one being decoded a worker prefetches.
@@ -87,31 +95,50 @@ fn in_runs(
     runs: usize,
     block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
 ) -> Result<()> {
-    let participants = participants();
-    if participants == 1 {
+    let Some(per) = run_len(items, runs, MAX_SHARDS) else {
         return block(0..items);
-    }
-    let shards = runs
-        .min(SHARDS_PER_PARTICIPANT * participants)
-        .min(MAX_SHARDS)
-        .min(items);
-    if shards <= 1 {
-        return block(0..items);
-    }
-    let per = items.div_ceil(shards);
-    let first_error: Mutex<Option<(usize, Error)>> = Mutex::new(None);
+    };
+    let first_error = FirstError::default();
     run_shards(items.div_ceil(per), &|shard| {
-        if let Err(e) = block(shard * per..((shard + 1) * per).min(items)) {
-            let mut first = first_error.lock().unwrap_or_else(|e| e.into_inner());
-            if first.as_ref().is_none_or(|(earlier, _)| shard < *earlier) {
-                *first = Some((shard, e));
+        first_error.keep(shard, block(shard * per..((shard + 1) * per).min(items)));
+    });
+    first_error.into_result()
+}
+
+/// The error of a batch's earliest failing run, kept while its runs end in
+/// any order.
+#[derive(Default)]
+struct FirstError(Mutex<Option<(usize, Error)>>);
+
+impl FirstError {
+    /// Keeps the error of run `run`, if it failed and no earlier run did.
+    fn keep(&self, run: usize, result: Result<()>) {
+        if let Err(e) = result {
+            let mut first = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if first.as_ref().is_none_or(|(earlier, _)| run < *earlier) {
+                *first = Some((run, e));
             }
         }
-    });
-    match first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        Some((_, e)) => Err(e),
-        None => Ok(()),
     }
+
+    fn into_result(self) -> Result<()> {
+        match self.0.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The length of the runs that a batch of `items` positions is split into,
+/// `runs` of them at most (and `most`), or `None` where it is not split:
+/// one participant, or one run.
+fn run_len(items: usize, runs: usize, most: usize) -> Option<usize> {
+    let participants = participants();
+    let shards = runs
+        .min(SHARDS_PER_PARTICIPANT * participants)
+        .min(most)
+        .min(items);
+    (participants > 1 && shards > 1).then(|| items.div_ceil(shards))
 }
 
 /// The caller's destination, shared by workers that write disjoint ranges.
@@ -183,7 +210,7 @@ impl<'a> Sources<'a> {
     /// of `views[which[k]]` (of the first when `which` is `None`). The
     /// views' files must have passed the checks of [`Store::check_files`]
     /// with no change seen since, and each of `locals` must have been below
-    /// its store's length then (see [`Sources::viewed_entries`]).
+    /// its store's length then (see [`Sources::read_entries`]).
     pub(crate) fn viewed(
         views: &'a [StoreView<'a>],
         which: Option<&'a [u32]>,
@@ -222,7 +249,7 @@ impl Sources<'_> {
     }
 
     /// Each store's [`StoreView`]: a listed store's, taken now, once for
-    /// the batch, after its files were checked (`locate`).
+    /// the batch, after its files were checked ([`Sources::tables`]).
     fn views(&self) -> Cow<'_, [StoreView<'_>]> {
         match &self.stores {
             Stores::Listed { stores, .. } => stores.iter().map(|store| store.view()).collect(),
@@ -230,10 +257,10 @@ impl Sources<'_> {
         }
     }
 
-    /// For each position of `range`, the stored bytes of its record when a
-    /// read needs nothing but to decode them ([`Store::ready_bytes`]), so
-    /// that the copy loop after it finds them without going through the
-    /// record's store. A batch over many shards reaches each record through
+    /// For each position of `range`, whose record is stored at `locs` (one
+    /// per position), the stored bytes when a read needs nothing but to
+    /// decode them ([`Store::ready_bytes`]), so that the copy loop after it
+    /// finds them without going through the record's store. A batch over many shards reaches each record through
     /// a different store, whose chunk table, mapping and checksum marks are
     /// rarely still in the CPU's caches; so a record in a store's first
     /// chunk is found through that store's entry of `views` (a few cache
@@ -249,8 +276,9 @@ impl Sources<'_> {
     ) -> Vec<Option<&'s [u8]>> {
         let viewed = matches!(self.stores, Stores::Viewed(_));
         range
-            .map(|k| {
-                let (index, loc) = (self.locals[k], &locs[k]);
+            .zip(locs)
+            .map(|(k, loc)| {
+                let index = self.locals[k];
                 let chunk = views[self.which(k)].chunk.as_ref();
                 chunk
                     .filter(|_| loc.chunk_id == 0)
@@ -286,25 +314,34 @@ impl Sources<'_> {
         }
     }
 
-    /// While `cold` reads ahead, asks the kernel for the page of every
-    /// record's table entry before [`Sources::entries`] reads them: the
-    /// table is mapped for random access, so a cold entry is otherwise read
-    /// when its fault waits for it, one after another.
-    fn will_need_entries(&self, cold: &ColdReads) {
-        if cold.reading_ahead() {
-            for (k, &index) in self.locals.iter().enumerate() {
-                self.store(k).meta.will_need_entry(index as usize);
-            }
+    /// Asks the kernel for the page of the table entry of each record at
+    /// `range`, for a batch that reads ahead, before the entries are read:
+    /// the table is mapped for random access, so a cold entry is otherwise
+    /// read when its fault waits for it, one after another.
+    fn will_need_entries(&self, range: Range<usize>) {
+        for k in range {
+            self.store(k).meta.will_need_entry(self.locals[k] as usize);
         }
     }
 
-    /// [`Sources::entries`] (their pages asked for first while `cold` reads
-    /// ahead), then a check that each record ends inside its chunk file,
-    /// made once per chunk with the record that ends last in it. Returns
-    /// the entries, in batch order.
-    fn locate(&self, cold: &ColdReads) -> Result<Vec<RecordLoc>> {
-        self.will_need_entries(cold);
-        let (locs, looks) = self.entries()?;
+    /// Asks the kernel for the stored bytes of the records at `range`,
+    /// stored at `locs` (one per position), for a batch that reads ahead.
+    fn will_need(&self, locs: &[RecordLoc], range: Range<usize>) {
+        for (k, loc) in range.zip(locs) {
+            self.store(k).will_need(std::slice::from_ref(loc));
+        }
+    }
+
+    /// Every record's entry, read from the `opened` tables (their pages
+    /// asked for first while `cold` reads ahead), then a check that each
+    /// record ends inside its chunk file, made once per chunk with the
+    /// record that ends last in it. Returns the entries, in batch order.
+    fn locate(&self, cold: &ColdReads, opened: Opened<'_>) -> Result<Vec<RecordLoc>> {
+        if cold.reading_ahead() {
+            self.will_need_entries(0..self.locals.len());
+        }
+        let (tables, looks) = opened;
+        let locs = self.read_entries(&tables, 0..self.locals.len())?;
         // Where no change was seen, a chunk's known size can only be short
         // of the file (appended to since), never past it, and the decode
         // reads each record below it ([`ChunkFile::read`]): only the chunks
@@ -358,53 +395,82 @@ impl Sources<'_> {
     /// index past its store's length. Returns the entries, in batch order,
     /// and whether each listed store's chunk files must be looked at.
     fn entries(&self) -> Result<(Vec<RecordLoc>, Vec<bool>)> {
+        let (tables, looks) = self.tables()?;
+        Ok((self.read_entries(&tables, 0..self.locals.len())?, looks))
+    }
+
+    /// What [`Sources::read_entries`] reads from: a listed store's files
+    /// are checked first (as of the read's [`poll`]: see
+    /// [`Store::check_files`]), and whether each must be looked at is
+    /// returned with it.
+    fn tables(&self) -> Result<Opened<'_>> {
         let (stores, polled) = match &self.stores {
             Stores::Listed { stores, polled } => (stores, polled),
-            Stores::Viewed(views) => return Ok((self.viewed_entries(views), Vec::new())),
+            Stores::Viewed(views) => return Ok((Tables::Viewed(views), Vec::new())),
         };
         let looks = (stores.iter())
             .map(|store| store.check_files(polled))
             .collect::<Result<Vec<bool>>>()?;
         // Read after every store's files were checked, in a loop of loads
         // alone: over many shards, one cache miss each, which overlap.
-        let (lens, tables): (Vec<u32>, Vec<RecordTable<'_>>) = stores
+        let (lens, tables) = stores
             .iter()
             .map(|store| (store.meta.length(), store.meta.table()))
             .unzip();
-        let mut locs = Vec::with_capacity(self.locals.len());
-        let Some(which) = self.which else {
-            // A read of no records reads no store (a collection's lists none).
-            let (Some(&store), Some(&len)) = (stores.first(), lens.first()) else {
-                return Ok((locs, looks));
-            };
-            if let Some(&bad) = self.locals.iter().find(|&&i| i >= len as u64) {
-                return Err(store.out_of_range(bad, len));
-            }
-            locs.extend(self.locals.iter().map(|&i| tables[0].entry(i as usize)));
-            return Ok((locs, looks));
-        };
-        let pairs = self.locals.iter().zip(which);
-        if let Some((&bad, &w)) = pairs.clone().find(|&(&i, &w)| i >= lens[w as usize] as u64) {
-            return Err(stores[w as usize].out_of_range(bad, lens[w as usize]));
-        }
-        // Checked first, read in a loop of loads alone: the entries' cache
-        // misses overlap.
-        locs.extend(pairs.map(|(&i, &w)| tables[w as usize].entry(i as usize)));
-        Ok((locs, looks))
+        Ok((Tables::Listed { lens, tables }, looks))
     }
 
-    /// [`Sources::entries`] of a viewed batch: each record's entry, read
-    /// from its view's table. Neither the files nor the lengths are looked
-    /// at: the views were made when the files last passed their checks,
+    /// The entries of the records at `range`, in batch order, from
+    /// `tables`: a listed store's must be below its length, or the read
+    /// fails naming the first that is not. A viewed store's are not looked
+    /// at: the views were made when their files last passed their checks,
     /// and each store's length was checked then to hold the indices the
     /// batch may ask of it (`collection/shard_views.rs`; only a delete
     /// shortens a store, and a delete waits for the collection's readers,
     /// `collection/readers_lock.rs`).
-    fn viewed_entries(&self, views: &[StoreView<'_>]) -> Vec<RecordLoc> {
-        (0..self.locals.len())
-            .map(|k| views[self.which(k)].table.entry(self.locals[k] as usize))
-            .collect()
+    fn read_entries(&self, tables: &Tables<'_>, range: Range<usize>) -> Result<Vec<RecordLoc>> {
+        let locals = &self.locals[range.clone()];
+        let entries = match tables {
+            Tables::Listed { lens, tables } => {
+                let which = |k: usize| self.which(k);
+                let bad = (range.clone()).find(|&k| self.locals[k] >= lens[which(k)] as u64);
+                if let Some(k) = bad {
+                    return Err(self.store(k).out_of_range(self.locals[k], lens[which(k)]));
+                }
+                // Checked first, read in a loop of loads alone: the
+                // entries' cache misses overlap.
+                match self.which {
+                    None => locals
+                        .iter()
+                        .map(|&i| tables[0].entry(i as usize))
+                        .collect(),
+                    Some(which) => (locals.iter().zip(&which[range]))
+                        .map(|(&i, &w)| tables[w as usize].entry(i as usize))
+                        .collect(),
+                }
+            }
+            Tables::Viewed(views) => (range.zip(locals))
+                .map(|(k, &i)| views[self.which(k)].table.entry(i as usize))
+                .collect(),
+        };
+        Ok(entries)
     }
+}
+
+/// The tables of a batch's stores ([`Sources::tables`]), and whether each
+/// listed store's chunk files must be looked at.
+type Opened<'a> = (Tables<'a>, Vec<bool>);
+
+/// The record tables of a batch's stores, ready for their entries to be
+/// read ([`Sources::tables`]).
+enum Tables<'a> {
+    /// A listed store's table and its length, as read after its files were
+    /// checked.
+    Listed {
+        lens: Vec<u32>,
+        tables: Vec<RecordTable<'a>>,
+    },
+    Viewed(&'a [StoreView<'a>]),
 }
 
 /// Gathers a batch's records (`src`), record `k` at `dst[offsets[k]..]`;
@@ -424,8 +490,98 @@ pub(crate) fn gather_records(
     exact: Option<u64>,
     cold: &ColdReads,
 ) -> Result<()> {
-    let (locs, total) = check_records(path, src, offsets, dst.len() as u64, exact, cold)?;
+    let opened = src.tables()?;
+    if let (Some(stride), false) = (exact, opened.1.contains(&true)) {
+        if let Some(done) = gather_slots_in_runs(src, &opened.0, offsets, dst, stride, cold) {
+            return done;
+        }
+    }
+    let dst_len = dst.len() as u64;
+    let (locs, total) = check_opened(path, src, opened, offsets, dst_len, exact, cold)?;
     copy_records(src, &locs, offsets, dst, total, cold)
+}
+
+/// [`gather_records`] of records that must each be `stride` bytes (so
+/// their slots cannot overlap), split over the shard crew whole: the
+/// batch's entries are read and checked run by run, each run by whoever
+/// claims it, and the runs are copied once every run passed, in the same
+/// hand-off to the crew ([`run_shards_in_two_steps`]). Checked whole by the
+/// caller first, the helpers would wait while it reads every entry, most
+/// of a small record's cost where they are cache misses (in many shards).
+/// `tables` are the batch's, whose chunk files need no look
+/// ([`Sources::locate`]). `None` where the batch is not split (one
+/// participant, little work), or asks for what only [`check_records`]
+/// reports.
+fn gather_slots_in_runs(
+    src: &Sources<'_>,
+    tables: &Tables<'_>,
+    offsets: &[u64],
+    dst: &mut [u8],
+    stride: u64,
+    cold: &ColdReads,
+) -> Option<Result<()>> {
+    let items = src.locals.len();
+    if items < 2 || offsets.len() != items {
+        return None;
+    }
+    // Every record is `stride` bytes or the batch fails; their codecs are
+    // not known before their entries, so the first record's stands for all.
+    let first = src.read_entries(tables, 0..1).ok()?[0];
+    let work = (items as u64 * stride).saturating_mul(weight(&first));
+    let per = run_len(items, (work / MIN_SHARD_BYTES) as usize, MAX_SHARDS / 2)?;
+    let runs = items.div_ceil(per);
+    let range = |run: usize| run * per..((run + 1) * per).min(items);
+    let dst_len = dst.len() as u64;
+    let shared = SharedDst {
+        ptr: dst.as_mut_ptr(),
+    };
+    let raw_copy = RawCopy::for_batch(dst.len());
+    let views = src.views();
+    let cold_check = cold.before(work);
+    let checked: Vec<OnceLock<Result<Vec<RecordLoc>>>> =
+        (0..runs).map(|_| OnceLock::new()).collect();
+    let check = |run: usize| {
+        let range = range(run);
+        if cold_check.read_ahead {
+            src.will_need_entries(range.clone());
+        }
+        let passed = src.read_entries(tables, range.clone()).and_then(|locs| {
+            (range.clone().zip(&locs)).try_for_each(|(k, loc)| {
+                check_destination(src, k, loc, offsets[k], dst_len, Some(stride))
+            })?;
+            Ok(locs)
+        });
+        if let (Ok(locs), true) = (&passed, cold_check.read_ahead) {
+            src.will_need(locs, range);
+        }
+        let _ = checked[run].set(passed);
+    };
+    let copy_error = FirstError::default();
+    let copy = |run: usize| {
+        // Every run's check has finished; none is copied unless all passed.
+        if !checked.iter().all(|c| matches!(c.get(), Some(Ok(_)))) {
+            return;
+        }
+        let Some(Ok(locs)) = checked[run].get() else {
+            return;
+        };
+        // SAFETY: the run's entries passed `check_destination` with
+        // `stride` as `exact`: each record fills its own slot of `dst`,
+        // which is borrowed mutably for the whole call.
+        let copied =
+            unsafe { copy_run(src, locs, range(run), offsets, (shared, raw_copy), &views) };
+        copy_error.keep(run, copied);
+    };
+    run_shards_in_two_steps(runs, runs, &check, &copy);
+    cold.after(cold_check);
+    // The earliest failing run's check error, else its copy error.
+    if let Some(Err(e)) = checked
+        .into_iter()
+        .find_map(|c| c.into_inner().filter(Result::is_err))
+    {
+        return Some(Err(e));
+    }
+    Some(copy_error.into_result())
 }
 
 /// The checks of [`gather_records`], which write nothing: each record's
@@ -440,30 +596,32 @@ pub(crate) fn check_records(
     exact: Option<u64>,
     cold: &ColdReads,
 ) -> Result<(Vec<RecordLoc>, u64)> {
+    check_opened(path, src, src.tables()?, offsets, dst_len, exact, cold)
+}
+
+/// [`check_records`] of a batch whose tables are `opened`.
+fn check_opened(
+    path: &Path,
+    src: &Sources<'_>,
+    opened: Opened<'_>,
+    offsets: &[u64],
+    dst_len: u64,
+    exact: Option<u64>,
+    cold: &ColdReads,
+) -> Result<(Vec<RecordLoc>, u64)> {
     if src.locals.len() != offsets.len() {
         return Err(Error::InvalidArgument {
             path: path.to_path_buf(),
             reason: format!("{} indices but {} offsets", src.locals.len(), offsets.len()),
         });
     }
-    let locs = src.locate(cold)?;
+    let locs = src.locate(cold, opened)?;
     let mut total = 0u64;
     let mut ordered = true;
     let mut prev_end = 0u64;
     for (k, loc) in locs.iter().enumerate() {
+        check_destination(src, k, loc, offsets[k], dst_len, exact)?;
         let logic = loc.logic_length as u64;
-        if exact.is_some_and(|len| len != logic) {
-            return Err(src.store(k).invalid(format!(
-                "record {} is {logic} bytes, not the {} of a sample",
-                src.locals[k],
-                exact.unwrap_or(0)
-            )));
-        }
-        let end = offsets[k].checked_add(logic);
-        if end.is_none_or(|end| end > dst_len) {
-            let needed = end.unwrap_or(u64::MAX);
-            return Err(src.store(k).too_small(src.locals[k], needed, dst_len));
-        }
         if logic > 0 {
             ordered &= offsets[k] >= prev_end;
             prev_end = offsets[k] + logic;
@@ -483,6 +641,33 @@ pub(crate) fn check_records(
     Ok((locs, total))
 }
 
+/// Checks record `k` of `src`, stored at `loc`, against `exact` (the
+/// length every record must have, if any) and its destination, `offset`
+/// in a destination of `dst_len` bytes.
+fn check_destination(
+    src: &Sources<'_>,
+    k: usize,
+    loc: &RecordLoc,
+    offset: u64,
+    dst_len: u64,
+    exact: Option<u64>,
+) -> Result<()> {
+    let logic = loc.logic_length as u64;
+    if exact.is_some_and(|len| len != logic) {
+        return Err(src.store(k).invalid(format!(
+            "record {} is {logic} bytes, not the {} of a sample",
+            src.locals[k],
+            exact.unwrap_or(0)
+        )));
+    }
+    let end = offset.checked_add(logic);
+    if end.is_none_or(|end| end > dst_len) {
+        let needed = end.unwrap_or(u64::MAX);
+        return Err(src.store(k).too_small(src.locals[k], needed, dst_len));
+    }
+    Ok(())
+}
+
 /// The copy of [`gather_records`], for the entries `locs` of a batch that
 /// [`check_records`] passed.
 fn copy_records(
@@ -499,25 +684,49 @@ fn copy_records(
     };
     let views = src.views();
     let block = |range: Range<usize>| -> Result<()> {
-        let ready = src.ready(locs, range.clone(), &views);
-        for (r, k) in range.enumerate() {
-            prefetch_ahead(&ready, r);
-            let loc = locs[k];
-            // SAFETY: the range lies inside `dst` and overlaps no other
-            // record's range (both checked by `check_records` for this very
-            // `loc`, its only caller passing them on), and `dst` is borrowed
-            // mutably for the whole call.
-            let slot = unsafe { shared.slot(offsets[k] as usize, loc.logic_length as usize) };
-            src.decode(k, loc, ready[r], slot, raw_copy)?;
-        }
-        Ok(())
-    };
-    let will_need = || {
-        for (k, loc) in locs.iter().enumerate() {
-            src.store(k).will_need(std::slice::from_ref(loc));
+        // SAFETY: `check_records` checked these very entries against
+        // `offsets` and `dst` (its only caller passing them on), which is
+        // borrowed mutably for the whole call.
+        unsafe {
+            copy_run(
+                src,
+                &locs[range.clone()],
+                range,
+                offsets,
+                (shared, raw_copy),
+                &views,
+            )
         }
     };
+    let will_need = || src.will_need(locs, 0..locs.len());
     run_batch(cold, locs.len(), total, &will_need, &block)
+}
+
+/// Copies the records of `src` at positions `range`, stored at `locs` (one
+/// per position), record `k` to `offsets[k]` in the destination.
+///
+/// # Safety
+/// Each record's destination, from `offsets[k]` for its logical length,
+/// lies inside the destination of `shared` and overlaps no other record's
+/// (as [`check_records`] checks, or [`check_destination`] with `exact`);
+/// the destination stays borrowed mutably while this runs.
+unsafe fn copy_run(
+    src: &Sources<'_>,
+    locs: &[RecordLoc],
+    range: Range<usize>,
+    offsets: &[u64],
+    (shared, raw_copy): (SharedDst, RawCopy),
+    views: &[StoreView<'_>],
+) -> Result<()> {
+    let ready = src.ready(locs, range.clone(), views);
+    for (r, k) in range.enumerate() {
+        prefetch_ahead(&ready, r);
+        let loc = locs[r];
+        // SAFETY: upheld by the caller.
+        let slot = unsafe { shared.slot(offsets[k] as usize, loc.logic_length as usize) };
+        src.decode(k, loc, ready[r], slot, raw_copy)?;
+    }
+    Ok(())
 }
 
 /// The logical length of each record of `src`, from the table alone.
@@ -528,6 +737,15 @@ pub(crate) fn lengths(src: &Sources<'_>) -> Result<Vec<u32>> {
         .iter()
         .map(|loc| loc.logic_length)
         .collect())
+}
+
+/// The byte offset of each of `slots` of `stride` bytes, for
+/// [`gather_records`]; one past the end of memory is as out of bounds as
+/// any other, so it saturates.
+pub(crate) fn slot_offsets(slots: impl Iterator<Item = usize>, stride: usize) -> Vec<u64> {
+    slots
+        .map(|slot| (slot as u64).saturating_mul(stride as u64))
+        .collect()
 }
 
 /// Fails when two non-empty destination ranges (`(start, end, index)`)
@@ -571,34 +789,15 @@ impl Store {
     /// Gathers records `idxs` into `dst`, record `k` at byte `k * stride`.
     /// Bytes of a slot past its record's length are set to zero.
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
-        self.gather_slots(idxs, dst, stride, false)
-    }
-
-    /// [`Store::gather`] of records that must each be exactly `stride`
-    /// bytes, as the samples of a dataset are: a record of another length
-    /// is an [`Error::InvalidArgument`] naming it, before anything is
-    /// written, where `gather` would zero-pad it. The check costs nothing
-    /// beyond the entries `gather` reads anyway.
-    pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
-        self.gather_slots(idxs, dst, stride, true)
-    }
-
-    fn gather_slots(&self, idxs: &[u64], dst: &mut [u8], stride: usize, exact: bool) -> Result<()> {
         // Checked, then decoded from: the table is not read again (`locate`).
         let src = self.sources(idxs);
-        let locs = src.locate(&self.cold)?;
+        let locs = src.locate(&self.cold, src.tables()?)?;
         let mut total = 0u64;
         for (k, loc) in locs.iter().enumerate() {
             let logic = loc.logic_length as u64;
             let end = (k as u64)
                 .checked_mul(stride as u64)
                 .and_then(|start| start.checked_add(logic));
-            if exact && logic != stride as u64 {
-                return Err(self.invalid(format!(
-                    "record {} is {logic} bytes, not the {stride} of a sample",
-                    idxs[k]
-                )));
-            }
             if logic > stride as u64 {
                 return Err(self.too_small(idxs[k], logic, stride as u64));
             }
@@ -622,7 +821,7 @@ impl Store {
             // ranges of `dst`, all inside it (checked above); `dst` is
             // borrowed mutably for the whole call.
             let dst = unsafe { shared.slot(base, end - base) };
-            let ready = src.ready(&locs, range.clone(), &views);
+            let ready = src.ready(&locs[range.clone()], range.clone(), &views);
             for (r, k) in range.enumerate() {
                 prefetch_ahead(&ready, r);
                 let loc = locs[k];
@@ -647,6 +846,15 @@ impl Store {
         )
     }
 
+    /// [`Store::gather`] of records that must each be exactly `stride`
+    /// bytes, as the samples of a dataset are: a record of another length
+    /// is an [`Error::InvalidArgument`] naming it, before anything is
+    /// written, where `gather` would zero-pad it.
+    pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+        let offsets = slot_offsets(0..idxs.len(), stride);
+        self.gather_at(idxs, dst, &offsets, Some(stride as u64))
+    }
+
     /// Gathers ragged records: record `k` is written at `dst[offsets[k]..]`,
     /// its logical length long. The ranges may come in any order but must
     /// not overlap.
@@ -668,10 +876,7 @@ impl Store {
         if !slots.windows(2).all(|w| w[0] < w[1]) {
             return Err(self.invalid("the slots of a gather must increase"));
         }
-        let offsets: Vec<u64> = slots
-            .iter()
-            .map(|&slot| (slot as u64).saturating_mul(stride as u64))
-            .collect();
+        let offsets = slot_offsets(slots.iter().copied(), stride);
         self.gather_at(idxs, dst, &offsets, Some(stride as u64))
     }
 

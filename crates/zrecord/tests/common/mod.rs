@@ -132,3 +132,42 @@ pub fn try_read(store: &Store, idxs: &[u64]) -> Result<Vec<Vec<u8>>, Error> {
         .map(|(&o, &l)| dst[o as usize..o as usize + l as usize].to_vec())
         .collect())
 }
+
+/// Bytes of each record of [`samples_with_two_short`].
+pub const SAMPLE_LEN: usize = 4096;
+
+/// Records of an exact gather big enough to be split over the shard crew
+/// in runs (`ops/gather.rs`, 64 of [`SAMPLE_LEN`] bytes), but for the two
+/// short ones at 40 and 60, in the batch's third and last runs.
+pub fn samples_with_two_short(rng: &mut Rng) -> Vec<Vec<u8>> {
+    (0..64)
+        .map(|i| noise(rng, if i == 40 || i == 60 { 4000 } else { SAMPLE_LEN }))
+        .collect()
+}
+
+/// An exact `gather` (records `idxs` into slots of [`SAMPLE_LEN`] bytes) of
+/// the `model` of [`samples_with_two_short`] refuses a batch of every record
+/// for record 40, and one without it for record 60 (`refused(error,
+/// record)` tells), writing nothing: every run is checked before any is
+/// copied, and the error is the first in batch order. A batch without
+/// either reads exactly.
+pub fn assert_split_batches_are_checked_whole(
+    gather: impl Fn(&[u64], &mut [u8]) -> Result<(), Error>,
+    model: &[Vec<u8>],
+    refused: impl Fn(&Error, u64) -> bool,
+) {
+    let all: Vec<u64> = (0..64).collect();
+    let without_40: Vec<u64> = (0..64).filter(|&i| i != 40).collect();
+    for (idxs, short) in [(&all, 40), (&without_40, 60)] {
+        let mut dst = vec![7u8; idxs.len() * SAMPLE_LEN];
+        let err = gather(idxs, &mut dst).unwrap_err();
+        assert!(refused(&err, short), "{err}");
+        assert!(dst.iter().all(|&b| b == 7), "a refused batch wrote bytes");
+    }
+    let good: Vec<u64> = (0..64).filter(|&i| i != 40 && i != 60).rev().collect();
+    let mut dst = vec![7u8; good.len() * SAMPLE_LEN];
+    gather(&good, &mut dst).unwrap();
+    for (slot, &i) in dst.chunks(SAMPLE_LEN).zip(&good) {
+        assert!(slot == model[i as usize], "record {i}");
+    }
+}
