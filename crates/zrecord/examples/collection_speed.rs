@@ -6,7 +6,7 @@
 //! [RECORDS_PER_SHARD] [RECORD_BYTES] [DIR]` (defaults 10000, 64, 784, a
 //! temporary folder). Writes the collection (one writer, shards of
 //! RECORDS_PER_SHARD records, published once) and the single store, then
-//! prints the median of 5 opens and, up to 256 shards, the medians of 15
+//! prints the median of 5 opens and, up to 256 shards, the medians of 61
 //! rounds of shuffled batches of 256, gathered with `gather_exact` as a
 //! loader does (each round reads every record once from the store, then
 //! from a collection of the same records in one shard, then from the
@@ -21,7 +21,10 @@ use zrecord::{
 };
 
 /// Rounds of the gather comparison, each a pass over every record by each.
-const ROUNDS: usize = 15;
+/// A pass over 64,000 small records takes some 10 ms, short enough for a
+/// spell of the machine to tilt a round: with 15 rounds, the median of a
+/// run's ratios moved by up to a tenth between runs of one build.
+const ROUNDS: usize = 61;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

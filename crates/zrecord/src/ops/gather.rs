@@ -521,7 +521,7 @@ fn gather_slots_in_runs(
     cold: &ColdReads,
 ) -> Option<Result<()>> {
     let items = src.locals.len();
-    if items < 2 || offsets.len() != items {
+    if items < 2 || offsets.len() != items || participants() == 1 {
         return None;
     }
     // Every record is `stride` bytes or the batch fails; their codecs are
