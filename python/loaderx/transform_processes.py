@@ -33,6 +33,8 @@ A process dies with the loader: it exits when told to, when its socket
 closes, when it finds its parent gone (checked twice a second while it
 waits), and on Linux at once when the parent process dies
 (``PR_SET_PDEATHSIG``, set for processes started from the main thread).
+Its parent is the loader's process, or under the forkserver start method
+the server, which exits when the process that started it does.
 It also exits, with its own status and a line on its stderr, when it
 cannot read a batch it was sent; the parent names that in the step's
 error and starts another.
@@ -413,11 +415,14 @@ class _Mapped:
         return dropped
 
 
-def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any], parent: int,
-           with_pdeathsig: bool) -> None:
+def _serve(sock: socket.socket, inp: Arena, out: Arena, work: Callable[..., Any],
+           parent: int | None, with_pdeathsig: bool) -> None:
     """A worker process: runs `work(batch, seeds)` on each batch it is sent,
-    until it is told to exit or its parent is gone."""
+    until it is told to exit or its parent (`parent`, or the process that
+    started this one where it is `None`) is gone."""
     _die_with_parent(with_pdeathsig)
+    if parent is None:
+        parent = os.getppid()
     # Ctrl-C goes to the whole process group; the parent decides what it
     # means, and closes the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -546,9 +551,12 @@ class _Process:
         self.sock, child = socket.socketpair()
         _wait_slices(self.sock, _WAIT_SLICE)
         main = threading.current_thread() is threading.main_thread()
+        # A forkserver's worker is the server's child, not this process's:
+        # it watches the server, which exits when this process does.
+        parent = None if context.get_start_method() == "forkserver" else os.getpid()
         self.process = context.Process(
             target=_serve, name=f"loaderx-transform-{index}", daemon=True,
-            args=(child, self.inp, self.out, work, os.getpid(), main),
+            args=(child, self.inp, self.out, work, parent, main),
         )
         try:
             self.process.start()

@@ -161,6 +161,18 @@ def test_processes_give_the_threads_batches_in_step_order(streams, method):
     assert children() == []
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_processes_outlast_a_pause_longer_than_their_parent_check(streams, method):
+    # An idle process looks for its parent every half second: under the
+    # forkserver start method it used to look for the loader's process,
+    # which is not its parent there, and left at the first pause.
+    with loader(streams, transform=square_sum, transform_mode="process",
+                transform_workers=2, start_method=method) as processes:
+        take(processes, 2)
+        time.sleep(1.2)
+        assert len(take(processes, 6)) == 6
+
+
 def every_dtype(batch):
     """Arrays of the dtypes a built-in dtype's string names and of those it
     does not (structured, bfloat16, one with metadata), empty, 0-d and not
@@ -646,16 +658,18 @@ from test_transform_processes import square_sum
 x = loaderx.Dataset.write({x!r}, np.zeros((64, 4, 2), np.uint8))
 y = loaderx.Dataset.write({y!r}, np.arange(64, dtype=np.int64))
 it = loaderx.DataLoader({{'x': x, 'y': y}}, batch_size=8, transform=square_sum,
-                        transform_mode='process', transform_workers=2)
+                        transform_mode='process', transform_workers=2,
+                        start_method={method!r})
 next(it)
 print(' '.join(str(p.process.pid) for p in it._processes.all), flush=True)
 time.sleep(600)
 """
 
 
-def test_killing_the_parent_leaves_no_worker_behind(tmp_path):
+@pytest.mark.parametrize("method", METHODS)
+def test_killing_the_parent_leaves_no_worker_behind(tmp_path, method):
     script = PARENT.format(tests=os.path.dirname(__file__), x=str(tmp_path / "x"),
-                           y=str(tmp_path / "y"))
+                           y=str(tmp_path / "y"), method=method)
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                               text=True)
     try:
