@@ -148,6 +148,15 @@ impl Schedule {
         self.lock().next_claim
     }
 
+    /// Whether the window is full and every step in it finished: the
+    /// workers then wait for the consumer, touching nothing.
+    #[cfg(test)]
+    pub(crate) fn is_full_and_finished(&self) -> bool {
+        let state = self.lock();
+        let ahead = state.next_claim - state.next_take;
+        ahead == self.window && state.done.len() as u64 == self.window
+    }
+
     /// The first step not to run (`None`: endless).
     pub(crate) fn end(&self) -> Option<u64> {
         self.end
