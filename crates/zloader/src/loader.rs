@@ -444,6 +444,7 @@ mod tests {
             while !loader.schedule.is_full_and_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
+            assert!(loader.schedule.is_full_and_finished(), "the window fills");
             drop(holding);
             let idle = loader.recycler.idle_bytes() / capacity;
             if held == 0 {

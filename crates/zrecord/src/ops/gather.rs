@@ -95,12 +95,12 @@ fn in_runs(
     runs: usize,
     block: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
 ) -> Result<()> {
-    let Some(per) = run_len(items, runs, MAX_SHARDS) else {
+    let Some(runs) = Runs::split(items, runs, MAX_SHARDS) else {
         return block(0..items);
     };
     let first_error = FirstError::default();
-    run_shards(items.div_ceil(per), &|shard| {
-        first_error.keep(shard, block(shard * per..((shard + 1) * per).min(items)));
+    run_shards(runs.count(), &|run| {
+        first_error.keep(run, block(runs.range(run)))
     });
     first_error.into_result()
 }
@@ -129,16 +129,36 @@ impl FirstError {
     }
 }
 
-/// The length of the runs that a batch of `items` positions is split into,
-/// `runs` of them at most (and `most`), or `None` where it is not split:
-/// one participant, or one run.
-fn run_len(items: usize, runs: usize, most: usize) -> Option<usize> {
-    let participants = participants();
-    let shards = runs
-        .min(SHARDS_PER_PARTICIPANT * participants)
-        .min(most)
-        .min(items);
-    (participants > 1 && shards > 1).then(|| items.div_ceil(shards))
+/// How a batch of `items` positions is split: into consecutive runs of
+/// `per` positions, the last one shorter.
+#[derive(Clone, Copy)]
+struct Runs {
+    items: usize,
+    per: usize,
+}
+
+impl Runs {
+    /// The split of `items` positions into `runs` runs at most (and
+    /// `most`), as many as the participants can share; `None` where the
+    /// batch is not split: one participant, or one run.
+    fn split(items: usize, runs: usize, most: usize) -> Option<Runs> {
+        let participants = participants();
+        let shards = runs
+            .min(SHARDS_PER_PARTICIPANT * participants)
+            .min(most)
+            .min(items);
+        let per = items.div_ceil(shards.max(1));
+        (participants > 1 && shards > 1).then_some(Runs { items, per })
+    }
+
+    fn count(self) -> usize {
+        self.items.div_ceil(self.per)
+    }
+
+    /// The positions of run `run`.
+    fn range(self, run: usize) -> Range<usize> {
+        run * self.per..((run + 1) * self.per).min(self.items)
+    }
 }
 
 /// The caller's destination, shared by workers that write disjoint ranges.
@@ -260,14 +280,15 @@ impl Sources<'_> {
     /// For each position of `range`, whose record is stored at `locs` (one
     /// per position), the stored bytes when a read needs nothing but to
     /// decode them ([`Store::ready_bytes`]), so that the copy loop after it
-    /// finds them without going through the record's store. A batch over many shards reaches each record through
-    /// a different store, whose chunk table, mapping and checksum marks are
-    /// rarely still in the CPU's caches; so a record in a store's first
-    /// chunk is found through that store's entry of `views` (a few cache
-    /// lines for the whole batch) instead of the store's own chain of
-    /// pointers, looked up again for every record. A record of a viewed
-    /// batch that the store could give where its view could not marks the
-    /// views outdated ([`Sources::views_outdated`]).
+    /// finds them without going through the record's store. A batch over
+    /// many shards reaches each record through a different store, whose
+    /// chunk table, mapping and checksum marks are rarely still in the
+    /// CPU's caches; so a record in a store's first chunk is found through
+    /// that store's entry of `views` (a few cache lines for the whole
+    /// batch) instead of the store's own chain of pointers, looked up again
+    /// for every record. A record of a viewed batch that the store could
+    /// give where its view could not marks the views outdated
+    /// ([`Sources::views_outdated`]).
     fn ready<'s>(
         &'s self,
         locs: &[RecordLoc],
@@ -521,6 +542,7 @@ fn gather_slots_in_runs(
     cold: &ColdReads,
 ) -> Option<Result<()>> {
     let items = src.locals.len();
+    // What `Runs::split` would refuse anyway, known before an entry is read.
     if items < 2 || offsets.len() != items || participants() == 1 {
         return None;
     }
@@ -528,9 +550,7 @@ fn gather_slots_in_runs(
     // not known before their entries, so the first record's stands for all.
     let first = src.read_entries(tables, 0..1).ok()?[0];
     let work = (items as u64 * stride).saturating_mul(weight(&first));
-    let per = run_len(items, (work / MIN_SHARD_BYTES) as usize, MAX_SHARDS / 2)?;
-    let runs = items.div_ceil(per);
-    let range = |run: usize| run * per..((run + 1) * per).min(items);
+    let runs = Runs::split(items, (work / MIN_SHARD_BYTES) as usize, MAX_SHARDS / 2)?;
     let dst_len = dst.len() as u64;
     let shared = SharedDst {
         ptr: dst.as_mut_ptr(),
@@ -539,9 +559,9 @@ fn gather_slots_in_runs(
     let views = src.views();
     let cold_check = cold.before(work);
     let checked: Vec<OnceLock<Result<Vec<RecordLoc>>>> =
-        (0..runs).map(|_| OnceLock::new()).collect();
+        (0..runs.count()).map(|_| OnceLock::new()).collect();
     let check = |run: usize| {
-        let range = range(run);
+        let range = runs.range(run);
         if cold_check.read_ahead {
             src.will_need_entries(range.clone());
         }
@@ -568,11 +588,19 @@ fn gather_slots_in_runs(
         // SAFETY: the run's entries passed `check_destination` with
         // `stride` as `exact`: each record fills its own slot of `dst`,
         // which is borrowed mutably for the whole call.
-        let copied =
-            unsafe { copy_run(src, locs, range(run), offsets, (shared, raw_copy), &views) };
+        let copied = unsafe {
+            copy_run(
+                src,
+                locs,
+                runs.range(run),
+                offsets,
+                (shared, raw_copy),
+                &views,
+            )
+        };
         copy_error.keep(run, copied);
     };
-    run_shards_in_two_steps(runs, runs, &check, &copy);
+    run_shards_in_two_steps(runs.count(), runs.count(), &check, &copy);
     cold.after(cold_check);
     // The earliest failing run's check error, else its copy error.
     if let Some(Err(e)) = checked
