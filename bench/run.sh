@@ -16,7 +16,7 @@
 #                                # open time of 10,000 shards, gathers over 16 and 100 shards
 #                                # against one store, records of 784 B, 8 KiB and 64 KiB,
 #                                # 784 B on one gathering thread too;
-#                                # needs only cargo and python3, about 2 minutes)
+#                                # needs only cargo and python3, about 17 minutes)
 #
 # A full run and --quick end with the conversion benchmark (bench/convert.sh:
 # docs/benchmarks-convert.{md,png}, or bench/out/ for --quick) and the
