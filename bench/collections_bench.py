@@ -117,8 +117,8 @@ def main() -> None:
               f"(1 minute) at the end {load:.2f}. The target is a ratio to one shard of at least "
               "0.9× (the median of the runs): the issue asks a gather over many shards to be as "
               "fast as over one. The ratio to one store is shown beside it: it adds what "
-              "being a collection at all costs (resolving each index to its shard, the "
-              "shards' views), and is held to the same 0.9×. bench/README.md, \"Sharded "
+              "a collection costs even of one shard (its read lock, the check of its views, a "
+              "copy of the indices), and is held to the same 0.9×. bench/README.md, \"Sharded "
               "collections\", says where the rest goes.", ""]
     Path(args.out + ".md").write_text("\n".join(lines), encoding="utf-8")
     Path(args.out + ".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
