@@ -330,6 +330,19 @@ mod tests {
     use zrecord::{AppendOptions, RecordSource, Store};
     use zsampler::{LastBatch, MixtureSource, Mode, Proportions};
 
+    /// Whether `done` holds within 10 s, looked at every millisecond: the
+    /// loader's workers reach a state in their own time.
+    fn within_10_s(mut done: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
     fn store_of(dir: &std::path::Path, n: usize, len: usize) -> Arc<Store> {
         let store = Store::open(dir.join("data.zr")).unwrap();
         let records: Vec<u8> = (0..n * len).map(|b| (b % 251) as u8).collect();
@@ -359,10 +372,7 @@ mod tests {
         drop(loader.next().unwrap());
         let ahead = (options.prefetch + cores) as u64;
         let claimed_ahead = || loader.schedule.next_claim() - loader.next_step();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while claimed_ahead() < ahead && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        within_10_s(|| claimed_ahead() >= ahead);
         assert_eq!(claimed_ahead(), ahead, "the window fills");
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(claimed_ahead(), ahead, "and holds");
@@ -440,11 +450,10 @@ mod tests {
             let kept = holding.pop().unwrap();
             // Dropped once the worker waits with its window full: until
             // then it takes memory for the steps it gathers.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !loader.schedule.is_full_and_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            assert!(loader.schedule.is_full_and_finished(), "the window fills");
+            assert!(
+                within_10_s(|| loader.schedule.is_full_and_finished()),
+                "the window fills"
+            );
             drop(holding);
             let idle = loader.recycler.idle_bytes() / capacity;
             if held == 0 {
